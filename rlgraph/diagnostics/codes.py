@@ -1,0 +1,62 @@
+"""Every diagnostic code rlgraph can print, in one registry.
+
+Codes are part of the interface: users grep for them and silence them in CI, so
+a code is never renamed or reused. Add new ones at the end of their group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Code:
+    name: str
+    severity: str  # "error" | "warning"
+    summary: str
+
+
+_ALL = [
+    # --- the text -------------------------------------------------------------
+    Code("syntax", "error", "the text does not follow the spec grammar"),
+    Code("encoding", "error", "the file is not valid UTF-8 text"),
+    Code("missing-header", "error", "the file does not start with `rlgraph <version>`"),
+    Code("unsupported-version", "error", "the spec language version is not supported"),
+    Code("bad-include", "error", "an included file cannot be read"),
+    Code("include-cycle", "error", "files include each other in a cycle"),
+    Code("bad-override", "error", "a `-s key=value` override is malformed or names nothing"),
+    Code("io", "error", "a spec file cannot be read"),
+    # --- declarations -----------------------------------------------------------
+    Code("unknown-block", "error", "a top-level block of an unknown kind"),
+    Code("missing-name", "error", "a declaration that needs a name has none"),
+    Code("unexpected-name", "error", "a block that takes no name was given one"),
+    Code("duplicate-name", "error", "two declarations or keys share a name"),
+    Code("unknown-key", "error", "a key that the block does not accept"),
+    Code("wrong-type", "error", "a value of the wrong type or out of range"),
+    Code("missing-key", "error", "a required key is absent"),
+    Code("unknown-role", "error", "a reference to a role that is not declared"),
+    Code("unknown-model", "error", "a reference to a model that is not declared"),
+    Code("unknown-pool", "error", "a reference to a pool that is not declared"),
+    Code("unknown-kind", "error", "a role of an unknown kind"),
+    Code("missing-block", "error", "a block the spec needs is absent"),
+    # --- dataflow (graph passes) -------------------------------------------------
+    Code("unknown-call", "error", "a call that neither a role nor a built-in provides"),
+    Code("bad-arguments", "error", "wrong inputs, outputs or keyword arguments for a call"),
+    Code("undefined-field", "error", "a field is consumed but nothing produces it"),
+    Code("duplicate-field", "error", "a field is produced twice in one step"),
+    Code("unused-field", "warning", "a field is produced but never consumed"),
+    Code("cycle", "error", "the step's dataflow has a cycle"),
+    Code("field-type", "error", "a field of the wrong kind flows into a call"),
+    Code("not-updated", "error", "a trained role is never updated"),
+    Code("bad-sync", "error", "a weight-sync edge that cannot work"),
+    Code("missing-sync", "warning", "a trained policy is never synced to its rollout"),
+    Code("algorithm", "error", "the step's algorithm is inconsistent"),
+    # --- numbers and resources ---------------------------------------------------
+    Code("batch-divisibility", "error", "batch sizes do not divide as the step needs"),
+    Code("placement", "error", "replicas do not fit on the pool's devices"),
+    Code("oversubscribed", "error", "a device holds more than it can"),
+    Code("out-of-memory", "error", "the estimated memory exceeds a device's capacity"),
+    Code("memory-unknown", "warning", "the memory of a role cannot be estimated"),
+]
+
+CODES: dict[str, Code] = {code.name: code for code in _ALL}

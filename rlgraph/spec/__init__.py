@@ -1,0 +1,1 @@
+"""Text -> AST: the parser, includes, overrides, the schema and the formatter."""

@@ -1,0 +1,66 @@
+"""The built-in task `builtin:arith`: two-digit addition with a verifiable reward.
+
+A prompt is the text ``f"{a}+{b}="`` for a, b in 0..99; the correct completion is ``str(a + b)``
+followed by the tokenizer's EOS. The 10,000 pairs are split once, by a seeded permutation, into a
+validation split of 500 pairs and a training split of the other 9,500, so the two never overlap and
+every machine makes the same split.
+
+Rows follow verl's dataset schema (see /work/shared/REFERENCE.md); the builtin uses a plain-string
+prompt, since the built-in model has no chat template.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+DATA_SOURCE = "rlgraph/arith"
+SPLITS = ("train", "val")
+NUM_VAL = 500
+SPLIT_SEED = 20240611  # changing this changes every split: bump DATA_VERSION with it
+DATA_VERSION = 1  # part of the cache file name; bump whenever the rows this module makes change
+
+EOS_TEXT = "</s>"  # the built-in tokenizer's EOS, as text; the reward cuts a solution there
+
+
+def prompt_text(a: int, b: int) -> str:
+    return f"{a}+{b}="
+
+
+def answer_text(a: int, b: int) -> str:
+    return str(a + b)
+
+
+def split_pairs(split: str) -> list[tuple[int, int]]:
+    """The (a, b) pairs of one split, in a fixed shuffled order."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r} of builtin:arith; expected one of {', '.join(SPLITS)}")
+    pairs = [(a, b) for a in range(100) for b in range(100)]
+    # random.Random(int).shuffle is stable across CPython versions and platforms.
+    random.Random(SPLIT_SEED).shuffle(pairs)
+    return pairs[:NUM_VAL] if split == "val" else pairs[NUM_VAL:]
+
+
+def make_rows(split: str) -> list[dict[str, Any]]:
+    """The rows of one split in verl's schema, ``extra_info.index`` numbering them from 0."""
+    return [
+        {
+            "data_source": DATA_SOURCE,
+            "prompt": prompt_text(a, b),
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": answer_text(a, b)},
+            "extra_info": {"split": split, "index": i, "a": a, "b": b},
+        }
+        for i, (a, b) in enumerate(split_pairs(split))
+    ]
+
+
+def exact_match(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> float:
+    """1.0 when the completion, stripped, is exactly the answer; else 0.0 (verl's compute_score shape).
+
+    `solution_str` is the response decoded without special tokens. In case a caller decoded with them,
+    the text is cut at the first EOS, so tokens after EOS never count.
+    """
+    del data_source, extra_info  # one task, one rule
+    text = solution_str.split(EOS_TEXT, 1)[0].strip()
+    return 1.0 if text == str(ground_truth).strip() else 0.0
