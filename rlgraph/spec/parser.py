@@ -17,8 +17,9 @@ _UNIT = re.compile(r"([KMGTP]i?B|[KMBT])$")
 @lru_cache(maxsize=None)
 def _lark() -> Lark:
     text = resources.files("rlgraph.grammar").joinpath("rlgraph.lark").read_text()
-    return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=False,
-                lexer_callbacks={"COMMENT": _CommentSink.add})
+    # `value` is a second start symbol so that `-s key=value` overrides parse with the same rules.
+    return Lark(text, parser="lalr", start=["start", "value"], propagate_positions=True,
+                maybe_placeholders=False, lexer_callbacks={"COMMENT": _CommentSink.add})
 
 
 class _CommentSink:
@@ -185,7 +186,7 @@ _EXAMPLES: dict[str, list[str]] = {
 
 def _friendly(exc: UnexpectedInput) -> str | None:
     try:
-        return exc.match_examples(_lark().parse, _EXAMPLES, use_accepts=True)
+        return exc.match_examples(lambda text: _lark().parse(text, start="start"), _EXAMPLES, use_accepts=True)
     except Exception:  # matching is best effort; never let it hide the real error
         return None
 
@@ -251,9 +252,14 @@ def parse_text(text: str, file: str) -> tuple[ast.SpecFile | None, list[Diagnost
                             "a spec is plain text; is this a binary file?")]
     _CommentSink.tokens = []
     try:
-        tree = _lark().parse(text)
+        tree = _lark().parse(text, start="start")
     except UnexpectedInput as exc:
         return None, [_syntax_diagnostic(exc, file, text)]
     header, items = _ToAst(file).transform(tree)
     comments = tuple(ast.Comment(str(t), _span(file, t)) for t in _CommentSink.tokens)
     return ast.SpecFile(file, header, items, comments), []
+
+
+def parse_value(text: str, file: str) -> ast.Value:
+    """One value, as written on the right of `=`. Raises lark's UnexpectedInput."""
+    return _ToAst(file).transform(_lark().parse(text, start="value"))

@@ -90,8 +90,9 @@ class HFRollout:
             return [item.get(key, default) for item in items for _ in range(n)]
 
         prompt_text = [
-            text if text is not None else self.tokenizer.decode(item["input_ids"], skip_special_tokens=True)
-            for item, text in zip((i for i in items for _ in range(n)), per_row("prompt_text"))
+            item.get("prompt_text") or self.tokenizer.decode(item["input_ids"], skip_special_tokens=True)
+            for item in items
+            for _ in range(n)
         ]
         return Rollout.build(
             prompts,
@@ -135,7 +136,7 @@ def _seeded(seed: Seed, device: torch.device):
         return
     if isinstance(seed, torch.Generator):
         seed = int(torch.randint(0, 2**62, (1,), generator=seed))
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda"):
+    accelerator = device.type != "cpu"
+    with torch.random.fork_rng(devices=[device] if accelerator else [], device_type=device.type if accelerator else "cuda"):
         torch.manual_seed(seed)
         yield

@@ -1,0 +1,143 @@
+"""Actor and critic losses. Each returns (loss, metrics) with metrics as plain floats.
+
+Per-token inputs are zeroed at masked positions before any arithmetic: `torch.where` alone keeps a
+NaN out of the forward value, but its backward would still multiply a zero gradient by that NaN.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlgraph.algos.core import agg_loss, masked_mean, zero_masked
+
+LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: a bound on the ratio that float32 can still hold
+
+
+def _check_clip_c(clip_c: float) -> None:
+    if not clip_c > 1.0:
+        raise ValueError(
+            f"dual-clip constant clip_c must be > 1.0 (it bounds -A * ratio for A < 0 at -A * clip_c), "
+            f"got {clip_c}"
+        )
+
+
+def _clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's pessimistic per-token objective and whether the clipped branch was taken."""
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    return torch.maximum(pg_losses1, pg_losses2), pg_losses2 > pg_losses1
+
+
+def policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    clip_c: float = 3.0,
+    agg: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO clipped surrogate (Schulman et al. 2017) with dual clip (Ye et al. 2020).
+
+    ratio = exp(log_prob - old_log_prob); loss = max(-A * ratio, -A * clip(ratio, 1 - clip_low,
+    1 + clip_high)). Separate clip_low / clip_high allow DAPO's clip-higher. For A < 0 the loss is
+    further capped at -A * clip_c so that one huge ratio cannot dominate the batch.
+    """
+    _check_clip_c(clip_c)
+    old_log_prob = zero_masked(old_log_prob, response_mask)
+    log_prob = zero_masked(log_prob, response_mask)
+    advantages = zero_masked(advantages, response_mask)
+
+    log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (batch, response_len)
+    ratio = torch.exp(log_ratio)
+    clipped_loss, clipped = _clipped_surrogate(ratio, advantages, clip_low, clip_high)
+    dual_bound = -advantages * clip_c
+    dual_clipped = (clipped_loss > dual_bound) & (advantages < 0)
+    pg_losses = torch.where(advantages < 0, torch.minimum(clipped_loss, dual_bound), clipped_loss)
+    pg_loss = agg_loss(pg_losses, response_mask, agg)
+
+    metrics = {
+        "actor/pg_clipfrac": masked_mean(clipped.to(ratio.dtype), response_mask).item(),
+        "actor/pg_clipfrac_lower": masked_mean(dual_clipped.to(ratio.dtype), response_mask).item(),
+        "actor/ppo_kl": masked_mean(-log_ratio, response_mask).item(),
+    }
+    return pg_loss, metrics
+
+
+def gspo_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    agg: str = "seq-mean-token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GSPO (Zheng et al. 2025): clip a sequence-level ratio instead of per-token ratios.
+
+    s_i = exp(mean_t(log_prob - old_log_prob)) is the length-normalised sequence ratio. Each token uses
+    s_i.detach() * exp(log_prob - log_prob.detach()): the value is s_i, the gradient flows through the
+    token's own log-prob, so A_i-weighted token gradients are scaled by the sequence ratio.
+    The clip range is typically tiny (3e-4 / 4e-4 in the paper), as s_i is a geometric mean.
+    """
+    old_log_prob = zero_masked(old_log_prob, response_mask)
+    log_prob = zero_masked(log_prob, response_mask)
+    advantages = zero_masked(advantages, response_mask)
+
+    log_ratio = log_prob - old_log_prob  # (batch, response_len)
+    seq_log_ratio = masked_mean(log_ratio, response_mask, dim=-1)  # (batch,)
+    token_log_ratio = seq_log_ratio.detach().unsqueeze(-1) + log_prob - log_prob.detach()
+    # Clamped above only, as in the reference recipe: a huge ratio overflows, a tiny one is harmless.
+    ratio = torch.exp(torch.clamp(token_log_ratio, max=10.0))  # (batch, response_len)
+    pg_losses, clipped = _clipped_surrogate(ratio, advantages, clip_low, clip_high)
+    pg_loss = agg_loss(pg_losses, response_mask, agg)
+
+    metrics = {
+        "actor/pg_clipfrac": masked_mean(clipped.to(ratio.dtype), response_mask).item(),
+        "actor/pg_clipfrac_lower": 0.0,  # GSPO has no dual clip
+        "actor/ppo_kl": masked_mean(-log_ratio, response_mask).item(),
+    }
+    return pg_loss, metrics
+
+
+def value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip: float,
+    agg: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped value loss: 0.5 * agg(max((v - R)^2, (clip(v, V - c, V + c) - R)^2)).
+
+    `values` are the critic's predictions at rollout time; clipping the new prediction around them
+    keeps one update from moving the critic far, as PPO does for the policy.
+    """
+    vpreds = zero_masked(vpreds, response_mask)
+    returns = zero_masked(returns, response_mask)
+    values = zero_masked(values, response_mask)
+
+    vpred_clipped = torch.clamp(vpreds, values - clip, values + clip)  # (batch, response_len)
+    vf_losses1 = (vpreds - returns) ** 2
+    vf_losses2 = (vpred_clipped - returns) ** 2
+    vf_loss = 0.5 * agg_loss(torch.maximum(vf_losses1, vf_losses2), response_mask, agg)
+    metrics = {"critic/vf_clipfrac": masked_mean((vf_losses2 > vf_losses1).to(vpreds.dtype), response_mask).item()}
+    return vf_loss, metrics
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last dim: logsumexp(z) - sum(softmax(z) * z). (...)"""
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)
+
+
+def entropy_loss(logits: torch.Tensor, response_mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor:
+    """Aggregated token entropy of (batch, response_len, vocab) logits; subtract coef * this to explore.
+
+    Logits at masked positions are not zeroed (that would copy the whole vocab-sized tensor); they are
+    left out of the value, but a NaN there would still reach its own position's gradient.
+    """
+    return agg_loss(entropy_from_logits(logits), response_mask, agg)

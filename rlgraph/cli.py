@@ -1,0 +1,69 @@
+"""`rlgraph run | plan | check | fmt`. Thin: each command imports what it needs when it runs.
+
+`check`, `plan` and `fmt` never import torch, ray or transformers and never run
+code named in a spec, so they are fast and safe on a spec from anyone's repo.
+Exit codes: 0 clean, 1 errors found, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
+
+
+def _add_overrides(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-s", "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a spec value, e.g. -s train.steps=50 (repeatable)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlgraph", description="Declarative RL post-training for language models.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    check = sub.add_parser("check", help="run every static check on spec files")
+    check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument("--format", choices=("full", "concise", "json"), default="full")
+    _add_overrides(check)
+
+    fmt = sub.add_parser("fmt", help="rewrite spec files in canonical form")
+    fmt.add_argument("files", nargs="+", metavar="FILE")
+    fmt.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file would change")
+    fmt.add_argument("--diff", action="store_true", help="print what would change")
+
+    plan = sub.add_parser("plan", help="show what would run where, memory per device and the step schedule")
+    plan.add_argument("file", metavar="FILE")
+    plan.add_argument("--format", choices=("text", "json", "dot", "html"), default="text")
+    plan.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of standard output")
+    _add_overrides(plan)
+
+    run = sub.add_parser("run", help="train: compile, plan, start Ray and run the loop")
+    run.add_argument("file", metavar="FILE")
+    run.add_argument("--output", metavar="DIR", help="run directory (default runs/<spec name>)")
+    run.add_argument("--address", metavar="ADDR", help="Ray cluster to connect to (default: RAY_ADDRESS, "
+                     "else a local instance started and stopped by rlgraph)")
+    run.add_argument("--no-resume", action="store_true", help="start fresh even if the run directory has checkpoints")
+    _add_overrides(run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "check":
+        from rlgraph.commands.check import check_command
+        return check_command(args.files, args.overrides, args.format)
+    if args.command == "fmt":
+        from rlgraph.commands.fmt import fmt_command
+        return fmt_command(args.files, check=args.check, diff=args.diff)
+    if args.command == "plan":
+        from rlgraph.commands.plan import plan_command
+        return plan_command(args.file, args.overrides, args.format, args.output)
+    if args.command == "run":
+        from rlgraph.commands.run import run_command
+        return run_command(args.file, args.overrides, args.output, args.address, resume=not args.no_resume)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

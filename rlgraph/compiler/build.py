@@ -1,0 +1,138 @@
+"""Program -> StepGraph: resolve every call of the step against roles, rewards and built-ins."""
+
+from __future__ import annotations
+
+from rlgraph.compiler.builtins import DATA_FIELDS, REWARD_CALL, ROLE_METHODS, TRANSFORMS, Signature
+from rlgraph.compiler.graph import DATA_NODE, CallNode, StepGraph, SyncEdge
+from rlgraph.diagnostics import Diagnostic, error
+from rlgraph.spec import ast
+from rlgraph.spec.program import Program
+from rlgraph.spec.schema import TypeMismatch
+from rlgraph.spec.validate import did_you_mean
+
+
+def _signature(call: ast.Call, program: Program, diagnostics: list[Diagnostic]):
+    """(node kind, role kind, signature) for a call, or None with a diagnostic."""
+    if call.method is not None:
+        role = program.roles.get(call.target)
+        if role is None:
+            diagnostics.append(error("unknown-role", f"`{call.target}` is not a declared role", call.target_span,
+                                     did_you_mean(call.target, program.roles),
+                                     label=did_you_mean(call.target, program.roles)))
+            return None
+        if role.kind is None:  # its kind was already reported
+            return None
+        methods = ROLE_METHODS[role.kind]
+        if call.method not in methods:
+            diagnostics.append(error(
+                "unknown-call", f"`{call.target}` is a {role.kind} role and has no call `{call.method}`",
+                call.method_span, did_you_mean(call.method, methods),
+                f"a {role.kind} role offers: " + ", ".join(f"`{m}`" for m in methods)))
+            return None
+        return "role", role.kind, methods[call.method]
+    if call.target in program.rewards:
+        return "reward", None, REWARD_CALL
+    if call.target in TRANSFORMS:
+        return "transform", None, TRANSFORMS[call.target]
+    if call.target in program.roles:
+        role = program.roles[call.target]
+        methods = ROLE_METHODS.get(role.kind or "", {})
+        diagnostics.append(error("unknown-call", f"`{call.target}` is a role: name the call",
+                                 call.target_span, "write `" + "`, `".join(f"{call.target}.{m}" for m in methods) + "`"))
+        return None
+    known = list(program.rewards) + list(TRANSFORMS)
+    diagnostics.append(error("unknown-call", f"`{call.target}` is neither a reward nor a built-in transform",
+                             call.target_span, did_you_mean(call.target, known),
+                             "declare it with `reward NAME { fn = \"module:function\" }`, or use one of: "
+                             + ", ".join(f"`{t}`" for t in TRANSFORMS)))
+    return None
+
+
+def _kwargs(call: ast.Call, signature: Signature, diagnostics: list[Diagnostic]):
+    values = {name: key.default for name, key in signature.kwargs.items()}
+    spans = {}
+    for kwarg in call.kwargs:
+        key = signature.kwargs.get(kwarg.key)
+        if key is None:
+            allowed = ", ".join(f"`{k}`" for k in signature.kwargs) or "none"
+            diagnostics.append(error("unknown-key", f"`{call.label}` takes no argument `{kwarg.key}`",
+                                     kwarg.key_span, did_you_mean(kwarg.key, signature.kwargs),
+                                     f"allowed: {allowed}"))
+            continue
+        if kwarg.key in spans:
+            diagnostics.append(error("duplicate-name", f"argument `{kwarg.key}` is given twice", kwarg.key_span))
+            continue
+        try:
+            values[kwarg.key] = key.type.convert(kwarg.value)
+        except TypeMismatch as exc:
+            diagnostics.append(error("wrong-type", f"wrong value for `{kwarg.key}` of `{call.label}`: {exc}",
+                                     kwarg.value.span, f"`{kwarg.key}`: {key.doc}"))
+            continue
+        spans[kwarg.key] = kwarg.value.span
+    return values, spans
+
+
+def _ports(flow: ast.Flow, signature: Signature, diagnostics: list[Diagnostic]):
+    call = flow.call
+    n_in, n_out = len(flow.inputs), len(flow.outputs)
+    shape = (", ".join(p.name + ("?" if p.optional else "") for p in signature.inputs) or "nothing") + \
+        f" -> {call.label} -> " + (", ".join(p.name for p in signature.outputs) or "nothing")
+    ok = True
+    if not signature.required_inputs <= n_in <= len(signature.inputs):
+        diagnostics.append(error("bad-arguments", f"`{call.label}` takes {_count(signature.required_inputs, len(signature.inputs))} "
+                                 f"input field{'s' if len(signature.inputs) != 1 else ''}, got {n_in}",
+                                 flow.span, f"write it as `{shape}`"))
+        ok = False
+    if not signature.least_outputs <= n_out <= len(signature.outputs):
+        what = "produces nothing" if not signature.outputs else \
+            f"produces {_count(signature.least_outputs, len(signature.outputs))} field{'s' if len(signature.outputs) != 1 else ''}"
+        diagnostics.append(error("bad-arguments", f"`{call.label}` {what}, but {n_out} are named",
+                                 flow.span, f"write it as `{shape}`"))
+        ok = False
+    if not ok:
+        return None
+    inputs = tuple((port.name, ref.name) for port, ref in zip(signature.inputs, flow.inputs))
+    outputs = tuple((port.name, ref.name) for port, ref in zip(signature.outputs, flow.outputs))
+    return inputs, outputs
+
+
+def _count(low: int, high: int) -> str:
+    return str(high) if low == high else f"{low} to {high}"
+
+
+def build_graph(program: Program) -> tuple[StepGraph, list[Diagnostic]]:
+    graph = StepGraph()
+    diagnostics: list[Diagnostic] = []
+    if program.step is None:
+        return graph, diagnostics
+    seen: dict[str, int] = {}
+    for statement in program.step.statements:
+        if isinstance(statement, ast.Sync):
+            for end in (statement.source, statement.target):
+                if end.name not in program.roles:
+                    diagnostics.append(error("unknown-role", f"`{end.name}` is not a declared role", end.span,
+                                             did_you_mean(end.name, program.roles)))
+            graph.syncs.append(SyncEdge(statement.source.name, statement.target.name, statement.span))
+            continue
+        resolved = _signature(statement.call, program, diagnostics)
+        if resolved is None:
+            continue
+        kind, role_kind, signature = resolved
+        kwargs, kwarg_spans = _kwargs(statement.call, signature, diagnostics)
+        ports = _ports(statement, signature, diagnostics)
+        if ports is None:
+            continue
+        label = statement.call.label
+        seen[label] = seen.get(label, 0) + 1
+        node_id = label if seen[label] == 1 else f"{label}#{seen[label]}"
+        field_spans = {ref.name: ref.span for ref in statement.inputs + statement.outputs}
+        graph.add_call(CallNode(node_id, label, kind, statement.call.target, statement.call.method, role_kind,
+                                ports[0], ports[1], kwargs, statement.call.span, field_spans, kwarg_spans))
+    producers = graph.producers()
+    for node in graph.calls():
+        for _, name in node.inputs:
+            if name in producers:
+                graph.add_flow(producers[name][0].id, node.id, name)
+            elif name in DATA_FIELDS:
+                graph.add_flow(DATA_NODE, node.id, name)
+    return graph, diagnostics

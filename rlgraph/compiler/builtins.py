@@ -1,0 +1,136 @@
+"""The calls a step may make, with their inputs, outputs and keyword arguments.
+
+Pure data, so that `check` and `plan` know every signature without importing
+torch; the runtime maps the same names to rlgraph.algos and the workers.
+
+Field kinds: `prompts` (a batch of prompts from the data), `responses` (the
+generated samples), `token` (a float per response token, shape (batch, response_len)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlgraph.spec.schema import Bool, Choice, Float, Int, Key
+
+LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k2+", "k3+", "low_var_kl+")
+
+
+@dataclass(frozen=True)
+class Port:
+    name: str  # the parameter's meaning, e.g. `old_log_prob`
+    kind: str  # prompts | responses | token
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str
+    doc: str
+    inputs: tuple[Port, ...]
+    outputs: tuple[Port, ...]
+    kwargs: dict[str, Key] = field(default_factory=dict)
+    min_outputs: int | None = None  # fewer outputs may be named (e.g. advantages without returns)
+
+    @property
+    def required_inputs(self) -> int:
+        return sum(not p.optional for p in self.inputs)
+
+    @property
+    def least_outputs(self) -> int:
+        return len(self.outputs) if self.min_outputs is None else self.min_outputs
+
+
+_TOKEN = "token"
+_UPDATE_COMMON = {
+    "epochs": Key(Int(min=1), "PPO epochs over the batch", 1),
+    "minibatch": Key(Int(min=1), "prompts per mini-batch (one optimizer step each); default: the whole batch"),
+    "loss_agg": Key(Choice(LOSS_AGG), "how token losses are averaged", "token-mean"),
+}
+
+# ---- role methods, by role kind ---------------------------------------------------------
+ROLE_METHODS: dict[str, dict[str, Signature]] = {
+    "rollout": {
+        "generate": Signature("generate", "sample `n` responses per prompt",
+                              (Port("prompts", "prompts"),), (Port("responses", "responses"),)),
+    },
+    "actor": {
+        "log_prob": Signature("log_prob", "log-probabilities of the responses under the current policy",
+                              (Port("responses", "responses"),), (Port("log_prob", _TOKEN),)),
+        "update": Signature(
+            "update", "PPO policy update over mini-batches",
+            (Port("old_log_prob", _TOKEN), Port("advantages", _TOKEN), Port("ref_log_prob", _TOKEN, optional=True)),
+            (), {
+                **_UPDATE_COMMON,
+                "clip": Key(Float(min=0.0), "PPO clip range, both sides", 0.2),
+                "clip_low": Key(Float(min=0.0), "lower clip range (overrides clip)"),
+                "clip_high": Key(Float(min=0.0), "upper clip range (overrides clip), e.g. 0.28 for clip-higher"),
+                "clip_c": Key(Float(min=1.0), "dual-clip bound for negative advantages (> 1)", 3.0),
+                "kl_coef": Key(Float(min=0.0), "KL loss coefficient; needs ref_log_prob (0 = off)", 0.0),
+                "kl_kind": Key(Choice(KL_KINDS), "KL estimator of the KL loss", "low_var_kl"),
+                "policy_loss": Key(Choice(("vanilla", "gspo")), "token-level PPO or sequence-level GSPO", "vanilla"),
+            }),
+    },
+    "ref": {
+        "log_prob": Signature("log_prob", "log-probabilities under the frozen reference policy",
+                              (Port("responses", "responses"),), (Port("ref_log_prob", _TOKEN),)),
+    },
+    "critic": {
+        "values": Signature("values", "value estimates per response token",
+                            (Port("responses", "responses"),), (Port("values", _TOKEN),)),
+        "update": Signature("update", "clipped value-loss update over mini-batches",
+                            (Port("values", _TOKEN), Port("returns", _TOKEN)), (), {
+                                **_UPDATE_COMMON,
+                                "clip": Key(Float(min=0.0), "value clip range around the old values", 0.5),
+                            }),
+    },
+    "reward_model": {
+        "score": Signature("score", "a sequence classifier's score on the last response token",
+                           (Port("responses", "responses"),), (Port("scores", _TOKEN),)),
+    },
+}
+
+# A `reward NAME { fn = ... }` declaration is called as `responses -> NAME -> scores`.
+REWARD_CALL = Signature("reward", "the rule reward function, its score on the last response token",
+                        (Port("responses", "responses"),), (Port("scores", _TOKEN),))
+
+_GROUP = {"epsilon": Key(Float(min=0.0), "added to the std / denominators", 1e-6)}
+_ADV_OUT = (Port("advantages", _TOKEN), Port("returns", _TOKEN))
+
+TRANSFORMS: dict[str, Signature] = {
+    "kl_penalty": Signature(
+        "kl_penalty", "rewards = scores - coef * KL(policy || ref), per token",
+        (Port("scores", _TOKEN), Port("log_prob", _TOKEN), Port("ref_log_prob", _TOKEN)),
+        (Port("rewards", _TOKEN),), {
+            "kind": Key(Choice(KL_KINDS), "KL estimator", "k1"),
+            "coef": Key(Float(min=0.0), "KL coefficient (the initial one when adaptive)", 0.001),
+            "target": Key(Float(min=0.0), "target KL: makes the coefficient adaptive"),
+            "horizon": Key(Int(min=1), "adaptive controller horizon, in samples", 10000),
+        }),
+    "gae": Signature("gae", "generalized advantage estimation with a critic",
+                     (Port("rewards", _TOKEN), Port("values", _TOKEN)), _ADV_OUT, {
+                         "gamma": Key(Float(0.0, 1.0), "discount", 1.0),
+                         "lam": Key(Float(0.0, 1.0), "GAE lambda", 0.95),
+                     }, min_outputs=2),
+    "grpo_advantage": Signature("grpo_advantage", "group-normalised outcome advantage (GRPO)",
+                                (Port("rewards", _TOKEN),), _ADV_OUT, {
+                                    **_GROUP,
+                                    "norm_by_std": Key(Bool(), "divide by the group std (false: Dr. GRPO)", True),
+                                }, min_outputs=1),
+    "rloo_advantage": Signature("rloo_advantage", "leave-one-out baseline (RLOO)",
+                                (Port("rewards", _TOKEN),), _ADV_OUT, dict(_GROUP), min_outputs=1),
+    "reinforce_pp_advantage": Signature("reinforce_pp_advantage", "whitened discounted return (REINFORCE++)",
+                                        (Port("rewards", _TOKEN),), _ADV_OUT, {
+                                            "gamma": Key(Float(0.0, 1.0), "discount", 1.0),
+                                        }, min_outputs=1),
+    "reinforce_pp_baseline_advantage": Signature(
+        "reinforce_pp_baseline_advantage", "group-mean baseline, then whitened (REINFORCE++-baseline)",
+        (Port("rewards", _TOKEN),), _ADV_OUT, dict(_GROUP), min_outputs=1),
+}
+
+# Estimators that compare the samples of one prompt: they need n >= 2.
+GROUP_ESTIMATORS = ("grpo_advantage", "rloo_advantage", "reinforce_pp_baseline_advantage")
+
+# The fields that come from the data rather than from a call.
+DATA_FIELDS = {"prompts": "prompts"}

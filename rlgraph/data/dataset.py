@@ -1,0 +1,79 @@
+"""Prompts as token ids: the torch Dataset the rollout draws from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from torch.utils.data import Dataset
+
+Prompt = str | list[dict[str, str]]
+
+
+def encode_prompt(tokenizer: Any, prompt: Prompt) -> tuple[list[int], str]:
+    """(input_ids, the text they encode) for one prompt.
+
+    With a chat template (`tokenizer.chat_template` set) the prompt is rendered as a conversation
+    (a plain string becomes one user message) ending in the assistant's turn. Without one, the text is
+    the string itself (a message list: its contents joined by newlines) and the ids are exactly
+    `tokenizer(text)["input_ids"]`, so whatever the tokenizer adds by itself (a BOS, say) is kept.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, Mapping):  # transformers 5 returns a BatchEncoding by default
+            ids = ids["input_ids"]
+        return list(ids), text
+    text = prompt_as_text(prompt)
+    return list(tokenizer(text)["input_ids"]), text
+
+
+def prompt_as_text(prompt: Prompt) -> str:
+    """The prompt as plain text, for a tokenizer without a chat template."""
+    return prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
+
+
+class RLDataset(Dataset):
+    """Prompts of checked rows (see `load_rows`), tokenized once, overlong ones left out.
+
+    An item is a dict: `input_ids` (list[int], unpadded), `prompt_text` (the text encoded),
+    `data_source`, `ground_truth`, `extra_info`, and `index`, the row's 0-based position in `rows`,
+    which stays the row's name when rows before it were filtered out.
+
+    `num_filtered` counts the prompts longer than `max_prompt_length` tokens (the caller logs it);
+    `max_prompt_length=None` keeps every prompt.
+    """
+
+    def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, max_prompt_length: int | None = None) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.num_filtered = 0
+        encoded = _encode_all(tokenizer, [row["prompt"] for row in rows])
+        for index, (row, (ids, text)) in enumerate(zip(rows, encoded)):
+            if max_prompt_length is not None and len(ids) > max_prompt_length:
+                self.num_filtered += 1
+                continue
+            self.items.append(
+                {
+                    "input_ids": ids,
+                    "prompt_text": text,
+                    "data_source": row.get("data_source") or "unknown",
+                    "ground_truth": row["reward_model"]["ground_truth"],
+                    "extra_info": row.get("extra_info") or {},
+                    "index": index,
+                }
+            )
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.items[i]
+
+
+def _encode_all(tokenizer: Any, prompts: list[Prompt]) -> list[tuple[list[int], str]]:
+    if getattr(tokenizer, "chat_template", None) or not prompts:
+        return [encode_prompt(tokenizer, p) for p in prompts]
+    # One batched call is the same as one call per text, and much faster for a fast tokenizer.
+    texts = [prompt_as_text(p) for p in prompts]
+    return [(list(ids), text) for ids, text in zip(tokenizer(texts)["input_ids"], texts)]

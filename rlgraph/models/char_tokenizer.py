@@ -1,0 +1,40 @@
+"""The built-in models' tokenizer: one token per character, loadable with plain AutoTokenizer.
+
+It is a `tokenizers` WordLevel model over single characters (a regex pre-tokenizer splits the text
+into characters, a Fuse decoder joins them back), wrapped in PreTrainedTokenizerFast, so
+`AutoTokenizer.from_pretrained(folder)` needs no custom code.
+
+- `tokenizer("12+34=")["input_ids"]` is one id per character: no BOS or EOS is added. The training
+  sequence of a sample is prompt + answer + EOS; generation stops at EOS.
+- Special tokens: `<pad>` 0, `<s>` 1 (BOS, defined but never added), `</s>` 2 (EOS), `<unk>` 3
+  (any character outside the alphabet).
+- Padding is on the left, as generation needs. There is no chat template.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
+ALPHABET = "0123456789+-*/=()., " + "abcdefghijklmnopqrstuvwxyz"
+
+
+def build_char_tokenizer() -> Any:
+    """A fresh PreTrainedTokenizerFast over SPECIAL_TOKENS + ALPHABET (in that id order)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *ALPHABET])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+        model_max_length=64,
+    )

@@ -1,0 +1,160 @@
+"""Read a spec file and the files it includes, and merge them into one list of items.
+
+Include rule (documented in docs/spec.md):
+- `include "path"` is resolved relative to the including file and expands in
+  place, so everything before it in the including file is overridden by it and
+  everything after it overrides it.
+- Two definitions of the same block (same kind and name) from *different* files
+  merge key by key: the later file's keys win, nested blocks (`optim`) merge the
+  same way, untouched keys are kept. The same block twice in *one* file is a
+  `duplicate-name` error.
+- A later `step` replaces an earlier one whole: a dataflow is not merged.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+from rlgraph.diagnostics import Diagnostic, Span, error
+from rlgraph.spec import ast
+from rlgraph.spec.parser import decode, parse_text
+from rlgraph.spec.schema import SUPPORTED_VERSIONS
+
+
+@dataclass
+class Loaded:
+    """The merged items of a spec and everything needed to report on it."""
+
+    root: str
+    blocks: list[ast.Block] = field(default_factory=list)
+    step: ast.Step | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+    files: dict[str, ast.SpecFile] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+def _display(path: str) -> str:
+    """Paths are shown relative to the working directory when they are below it."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def _check_header(spec: ast.SpecFile, text: str) -> list[Diagnostic]:
+    if spec.header is None:
+        first = next((i for i, line in enumerate(text.splitlines(), 1) if line.strip()), 1)
+        return [error("missing-header", "the spec does not start with a version header",
+                      Span(spec.path, first, 1, first, 2), "add `rlgraph 1` as the first line")]
+    version = spec.header.version
+    if version.unit or version.value not in SUPPORTED_VERSIONS:
+        supported = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
+        return [error("unsupported-version", f"spec language version `{version.text}` is not supported",
+                      version.span, f"this rlgraph reads version {supported}: write `rlgraph 1`")]
+    return []
+
+
+def _duplicates_within(entries, where: str) -> list[Diagnostic]:
+    """The same key twice in one block, or the same block twice in one file."""
+    seen: dict[str, Span] = {}
+    out = []
+    for entry in entries:
+        if isinstance(entry, ast.Assign):
+            key, span = entry.key, entry.key_span
+        else:
+            key = entry.keyword if entry.name is None else f"{entry.keyword} {entry.name}"
+            span = entry.name_span or entry.keyword_span
+            out += _duplicates_within(entry.entries, key)
+        if key in seen:
+            out.append(error("duplicate-name", f"`{key}` is defined twice in {where}", span,
+                             "remove one of them (to override a definition, put it in a file that includes this one)",
+                             notes=[("first defined", seen[key])]))
+        else:
+            seen[key] = span
+    return out
+
+
+def _merge(old: ast.Block, new: ast.Block) -> ast.Block:
+    """Later definitions win key by key; nested blocks merge recursively."""
+    entries = list(old.entries)
+    for entry in new.entries:
+        if isinstance(entry, ast.Block):
+            index = next((i for i, e in enumerate(entries)
+                          if isinstance(e, ast.Block) and e.keyword == entry.keyword), None)
+            if index is not None:
+                entries[index] = _merge(entries[index], entry)
+                continue
+        else:
+            entries = [e for e in entries if not (isinstance(e, ast.Assign) and e.key == entry.key)]
+        entries.append(entry)
+    return replace(old, entries=tuple(entries), span=new.span)
+
+
+def _block_key(block: ast.Block) -> tuple[str, str | None]:
+    return block.keyword, block.name
+
+
+def load(path: str) -> Loaded:
+    loaded = Loaded(root=_display(os.path.abspath(path)))
+    merged: dict[tuple, ast.Block] = {}
+    _load_file(os.path.abspath(path), None, [], loaded, merged)
+    loaded.blocks = list(merged.values())
+    return loaded
+
+
+def _read(path: str, display: str, via: ast.Include | None, loaded: Loaded) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if via is None:
+            loaded.diagnostics.append(error("io", f"cannot read `{display}`: {reason}", Span.point(display)))
+        else:
+            loaded.diagnostics.append(error(
+                "bad-include", f"cannot include `{via.path}`: {reason}", via.span,
+                f"the path is relative to the including file; it resolved to `{display}`"))
+        return None
+    text, problem = decode(data, display)
+    if problem:
+        loaded.diagnostics.append(problem)
+    return text
+
+
+def _load_file(path: str, via: ast.Include | None, stack: list[str], loaded: Loaded, merged: dict) -> None:
+    display = _display(path)
+    text = _read(path, display, via, loaded)
+    if text is None:
+        return
+    loaded.sources[display] = text
+    spec, problems = parse_text(text, display)
+    loaded.diagnostics += problems
+    if spec is None:
+        return
+    loaded.files[display] = spec
+    loaded.diagnostics += _check_header(spec, text)
+    loaded.diagnostics += _duplicates_within([i for i in spec.items if isinstance(i, ast.Block)], display)
+    steps = [i for i in spec.items if isinstance(i, ast.Step)]
+    for extra in steps[1:]:
+        loaded.diagnostics.append(error("duplicate-name", "`step` is defined twice in this file", extra.span,
+                                        "write the whole dataflow in one `step` block",
+                                        notes=[("first defined", steps[0].span)]))
+    seen_here: set[tuple] = set()
+    for item in spec.items:
+        if isinstance(item, ast.Include):
+            target = os.path.normpath(os.path.join(os.path.dirname(path), item.path))
+            if target in stack + [path]:
+                chain = " -> ".join(_display(p) for p in stack + [path, target])
+                loaded.diagnostics.append(error("include-cycle", f"include cycle: {chain}", item.span,
+                                                "move the shared part into a file that includes neither"))
+                continue
+            _load_file(target, item, stack + [path], loaded, merged)
+        elif isinstance(item, ast.Step):
+            if item is steps[0]:
+                loaded.step = item
+        else:
+            key = _block_key(item)
+            if key in merged and key not in seen_here:
+                merged[key] = _merge(merged[key], item)
+            elif key not in merged:
+                merged[key] = item
+            seen_here.add(key)

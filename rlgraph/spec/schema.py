@@ -1,0 +1,249 @@
+"""Which blocks and keys a spec may contain, and the type of every value.
+
+The grammar accepts any `key = value`; this table gives keys their meaning. A
+key's entry carries its type, its default and a one-line doc, which the
+"unknown key" diagnostic lists and docs/spec.md describes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlgraph.spec import ast
+
+SUPPORTED_VERSIONS = (1,)
+
+_BYTES = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
+          "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+_COUNTS = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+
+
+class TypeMismatch(Exception):
+    """The value does not fit the key's type; the message says what would."""
+
+
+# ---- value types -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Int:
+    min: int | None = None
+    max: int | None = None
+    describe: str = "an integer"
+
+    def convert(self, node: ast.Value) -> int:
+        if not isinstance(node, ast.Number) or node.unit or not isinstance(node.value, int):
+            raise TypeMismatch(f"expected {self.describe}")
+        if self.min is not None and node.value < self.min:
+            raise TypeMismatch(f"expected {self.describe} >= {self.min}, got {node.value}")
+        if self.max is not None and node.value > self.max:
+            raise TypeMismatch(f"expected {self.describe} <= {self.max}, got {node.value}")
+        return node.value
+
+
+@dataclass(frozen=True)
+class Float:
+    min: float | None = None
+    max: float | None = None
+    describe: str = "a number"
+
+    def convert(self, node: ast.Value) -> float:
+        if not isinstance(node, ast.Number) or node.unit:
+            raise TypeMismatch(f"expected {self.describe}")
+        value = float(node.value)
+        if self.min is not None and value < self.min:
+            raise TypeMismatch(f"expected {self.describe} >= {self.min}, got {node.text}")
+        if self.max is not None and value > self.max:
+            raise TypeMismatch(f"expected {self.describe} <= {self.max}, got {node.text}")
+        return value
+
+
+@dataclass(frozen=True)
+class Bytes:
+    describe: str = "a size in bytes such as 80GiB or 512MB"
+
+    def convert(self, node: ast.Value) -> int:
+        if not isinstance(node, ast.Number) or (node.unit and node.unit not in _BYTES):
+            raise TypeMismatch(f"expected {self.describe}")
+        if not node.unit:
+            raise TypeMismatch(f"expected {self.describe} (with a unit: KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
+        return int(node.value * _BYTES[node.unit])
+
+
+@dataclass(frozen=True)
+class Count:
+    describe: str = "a count such as 7B, 350M or 124000"
+
+    def convert(self, node: ast.Value) -> int:
+        if not isinstance(node, ast.Number) or (node.unit and node.unit not in _COUNTS):
+            raise TypeMismatch(f"expected {self.describe}")
+        value = node.value * _COUNTS.get(node.unit, 1)
+        if value < 1:
+            raise TypeMismatch(f"expected {self.describe}, at least 1")
+        return int(value)
+
+
+@dataclass(frozen=True)
+class Str:
+    describe: str = "a string in double quotes"
+
+    def convert(self, node: ast.Value) -> str:
+        if not isinstance(node, ast.String):
+            raise TypeMismatch(f"expected {self.describe}")
+        return node.value
+
+
+@dataclass(frozen=True)
+class Bool:
+    def convert(self, node: ast.Value) -> bool:
+        if not isinstance(node, ast.Bool):
+            raise TypeMismatch("expected `true` or `false`")
+        return node.value
+
+
+@dataclass(frozen=True)
+class Choice:
+    options: tuple[str, ...]
+
+    def convert(self, node: ast.Value) -> str:
+        value = node.value if isinstance(node, (ast.Ident, ast.String)) else None
+        if value not in self.options:
+            raise TypeMismatch("expected one of " + ", ".join(f"`{o}`" for o in self.options))
+        return value
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A bare name that must be declared as a `target` (checked by the resolve pass)."""
+
+    target: str  # "model" | "pool" | "role"
+
+    def convert(self, node: ast.Value) -> str:
+        if not isinstance(node, ast.Ident):
+            raise TypeMismatch(f"expected the name of a declared {self.target} (a bare word, no quotes)")
+        return node.value
+
+
+@dataclass(frozen=True)
+class ListOf:
+    item: Any
+    length: int | None = None
+
+    def convert(self, node: ast.Value) -> list:
+        if not isinstance(node, ast.List):
+            raise TypeMismatch("expected a list such as [0.9, 0.999]")
+        if self.length is not None and len(node.items) != self.length:
+            raise TypeMismatch(f"expected a list of {self.length} items, got {len(node.items)}")
+        return [self.item.convert(item) for item in node.items]
+
+
+# ---- keys and blocks -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Key:
+    type: Any
+    doc: str
+    default: Any = None
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class BlockSchema:
+    doc: str
+    keys: dict[str, Key]
+    named: bool = True
+    blocks: dict[str, "BlockSchema"] = field(default_factory=dict)  # nested blocks, e.g. optim
+
+
+DTYPES = ("fp32", "bf16", "fp16")
+ROLE_KINDS = ("actor", "rollout", "ref", "critic", "reward_model")
+TRAINED_KINDS = ("actor", "critic")
+
+OPTIM = BlockSchema("the optimizer (AdamW) of a trained role", named=False, keys={
+    "lr": Key(Float(min=0.0), "learning rate", 1e-6),
+    "betas": Key(ListOf(Float(0.0, 1.0), 2), "Adam betas", [0.9, 0.999]),
+    "weight_decay": Key(Float(min=0.0), "decoupled weight decay", 0.0),
+    "warmup_steps": Key(Int(min=0), "linear warm-up steps, then a constant learning rate", 0),
+    "grad_clip": Key(Float(min=0.0), "clip the global gradient norm to this (0 = off)", 1.0),
+})
+
+_PLACEMENT = {
+    "pool": Key(Ref("pool"), "the pool whose devices this role occupies"),
+    "replicas": Key(Int(min=1), "data-parallel replicas, one device each (times tp)", 1),
+    "colocate": Key(Ref("role"), "share the devices (and processes) of this role instead of a pool"),
+}
+_MODEL = {"model": Key(Ref("model"), "the model this role holds")}
+_TRAINED = {
+    "strategy": Key(Choice(("ddp", "fsdp")), "data-parallel strategy: ddp replicates, fsdp shards", "ddp"),
+    "dtype": Key(Choice(DTYPES), "parameter dtype; bf16/fp16 train in mixed precision with fp32 master weights",
+                 "fp32"),
+    "micro_batch": Key(Int(min=1), "samples per device per forward pass (gradient accumulation)"),
+}
+
+# Keys each role kind accepts. The block keyword is always `role`; `kind` picks
+# the row (and defaults to the role's name when that is a kind: `role actor {}`).
+ROLE_KEYS: dict[str, dict[str, Key]] = {
+    "actor": {**_MODEL, **_PLACEMENT, **_TRAINED,
+              "entropy_coeff": Key(Float(min=0.0), "entropy bonus coefficient in the actor loss", 0.0)},
+    "critic": {**_MODEL, **_PLACEMENT, **_TRAINED,
+               "head": Key(Choice(("value",)), "the head put on the backbone", "value")},
+    "ref": {**_MODEL, **_PLACEMENT,
+            "dtype": _TRAINED["dtype"], "micro_batch": _TRAINED["micro_batch"]},
+    "reward_model": {**_MODEL, **_PLACEMENT,
+                     "dtype": _TRAINED["dtype"], "micro_batch": _TRAINED["micro_batch"]},
+    "rollout": {**_MODEL, **_PLACEMENT,
+                "engine": Key(Choice(("hf", "sglang")), "generation engine: hf (CPU/GPU) or sglang (GPU)", "hf"),
+                "n": Key(Int(min=1), "samples per prompt", 1),
+                "temperature": Key(Float(min=0.0), "sampling temperature (0 = greedy)", 1.0),
+                "top_p": Key(Float(0.0, 1.0), "nucleus sampling mass", 1.0),
+                "top_k": Key(Int(min=0), "sample among the k likeliest tokens (0 = all)", 0),
+                "max_new_tokens": Key(Int(min=1), "the most tokens a response may have", 32),
+                "tp": Key(Int(min=1), "tensor-parallel devices per rollout replica", 1),
+                "memory_fraction": Key(Float(0.0, 1.0), "share of device memory the engine may take (GPU)", 0.5),
+                "dtype": _TRAINED["dtype"]},
+}
+_ALL_ROLE_KEYS = {"kind": Key(Choice(ROLE_KINDS), "the role's kind; defaults to its name")}
+for _keys in ROLE_KEYS.values():
+    _ALL_ROLE_KEYS.update(_keys)
+
+BLOCKS: dict[str, BlockSchema] = {
+    "model": BlockSchema("a model: weights on disk or built in", keys={
+        "path": Key(Str(), "a local folder, or `builtin:arith-gpt`", required=True),
+        "params": Key(Count(), "parameter count, for the memory estimate when config.json is absent"),
+        "layers": Key(Int(min=1), "transformer layers (for the KV-cache estimate)"),
+        "hidden": Key(Int(min=1), "hidden size"),
+        "heads": Key(Int(min=1), "attention heads"),
+        "kv_heads": Key(Int(min=1), "key/value heads (GQA); defaults to heads"),
+        "vocab": Key(Int(min=1), "vocabulary size"),
+    }),
+    "pool": BlockSchema("a set of identical nodes and their devices", keys={
+        "nodes": Key(Int(min=1), "number of nodes", required=True),
+        "devices_per_node": Key(Int(min=1), "devices on each node", required=True),
+        "device": Key(Choice(("cpu", "gpu")), "device kind", "cpu"),
+        "memory": Key(Bytes(), "memory of one device, e.g. 80GiB"),
+    }),
+    "role": BlockSchema("a role in training: actor, rollout, ref, critic or reward_model", keys=_ALL_ROLE_KEYS,
+                        blocks={"optim": OPTIM}),
+    "reward": BlockSchema("a rule reward: a Python function `module:function`", keys={
+        "fn": Key(Str(), "`module:function` with signature (data_source, solution_str, ground_truth, extra_info)",
+                  required=True),
+    }),
+    "data": BlockSchema("the prompts", named=False, keys={
+        "train": Key(Str(), "training prompts: parquet/jsonl path or `builtin:arith/train`", required=True),
+        "val": Key(Str(), "validation prompts"),
+        "batch_size": Key(Int(min=1), "prompts per step (samples per step = this x rollout n)", required=True),
+        "max_prompt_length": Key(Int(min=1), "longer prompts are filtered out (tokens)", 64),
+        "shuffle": Key(Bool(), "shuffle the training prompts each epoch", True),
+        "val_batch_size": Key(Int(min=1), "prompts per validation batch", 256),
+    }),
+    "train": BlockSchema("the training loop", named=False, keys={
+        "steps": Key(Int(min=1), "training steps", 100),
+        "seed": Key(Int(min=0), "seed for data order, sampling and initialisation", 0),
+        "validate_every": Key(Int(min=0), "validate every k steps (0 = only at the start and end)", 10),
+        "val_samples": Key(Int(min=1), "samples per validation prompt (reports mean@N and best@N)", 1),
+        "checkpoint_every": Key(Int(min=0), "checkpoint every k steps (0 = only at the end)", 0),
+        "keep_checkpoints": Key(Int(min=1), "how many recent checkpoints to keep", 2),
+    }),
+}

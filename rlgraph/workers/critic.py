@@ -1,0 +1,170 @@
+"""The critic: the LM's transformer body with a scalar value head, trained on the returns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlgraph.workers.batch import Rollout
+from rlgraph.workers.optim import Optimization, micro_batches, shuffle_generator
+from rlgraph.workers.policy import resolve_model_path
+
+VALUE_HEAD_FILE = "value_head.safetensors"
+
+
+class CriticWorker:
+    """V(prompt, response_<t) for every response token t, from the hidden state before that token.
+
+    The body is loaded with `AutoModel` from a causal-LM folder (the LM head is dropped); the value
+    head starts at zero, so the first values are 0 and the first advantages are plain returns. A folder
+    written by `save` holds the body and `value_head.safetensors`, and loads back with the trained head.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        lr: float = 1e-5,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.0,
+        grad_clip: float | None = 1.0,
+        warmup_steps: int = 0,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device | None = None,
+    ) -> None:
+        from transformers import AutoModel
+
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        path = resolve_model_path(model_path)
+        self.backbone = AutoModel.from_pretrained(path, dtype=dtype).to(self.device)
+        self.backbone.eval()  # no dropout: values at rollout time and in the update must agree
+        self.value_head = torch.nn.Linear(self.backbone.config.hidden_size, 1).to(self.device)
+        torch.nn.init.zeros_(self.value_head.weight)
+        torch.nn.init.zeros_(self.value_head.bias)
+        head_file = Path(path) / VALUE_HEAD_FILE
+        if head_file.is_file():
+            self.load_value_head(head_file)
+        self.tokenizer = _maybe_tokenizer(path)
+        self.shuffle_generator = torch.Generator().manual_seed(seed)
+        self.optim = Optimization(
+            list(self.backbone.parameters()) + list(self.value_head.parameters()),
+            lr=lr,
+            betas=betas,
+            weight_decay=weight_decay,
+            grad_clip=grad_clip,
+            warmup_steps=warmup_steps,
+        )
+
+    def predict(self, rollout: Rollout) -> torch.Tensor:
+        """Values before each response token, with grad; 0 after EOS. (batch, R)"""
+        rollout = rollout.to(self.device)
+        hidden = self.backbone(
+            input_ids=rollout.input_ids,
+            attention_mask=rollout.attention_mask,
+            position_ids=rollout.position_ids,
+            use_cache=False,
+        ).last_hidden_state  # (batch, P + R, hidden)
+        hidden = hidden[:, -rollout.response_length - 1 : -1].float()  # (batch, R, hidden)
+        values = self.value_head(hidden).squeeze(-1)  # (batch, R)
+        return values * rollout.response_mask
+
+    @torch.no_grad()
+    def values(self, rollout: Rollout, micro_batch_size: int | None = None) -> torch.Tensor:
+        """Values of the states the response tokens were sampled in, float32, on the CPU. (batch, R)"""
+        return torch.cat([self.predict(rollout.select(rows)).cpu() for rows in micro_batches(len(rollout), micro_batch_size)])
+
+    def update(
+        self,
+        rollout: Rollout,
+        values: torch.Tensor,
+        returns: torch.Tensor,
+        *,
+        epochs: int = 1,
+        mini_batch_size: int | None = None,
+        micro_batch_size: int | None = None,
+        cliprange_value: float = 0.5,
+        loss_agg: str = "token-mean",
+        shuffle: bool = True,
+        shuffle_seed: int | None = None,
+    ) -> dict[str, float]:
+        """One training step of the clipped value loss. Batch sizes count samples (rows)."""
+        from rlgraph.algos import masked_mean, value_loss
+
+        rollout = rollout.to(self.device)
+        values, returns = values.to(self.device), returns.to(self.device)
+
+        def micro_batch_loss(rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            part = rollout.select(rows)
+            vpreds = self.predict(part)  # (micro, R)
+            vf_loss, metrics = value_loss(
+                vpreds, returns[rows], values[rows], part.response_mask, clip=cliprange_value, agg=loss_agg
+            )
+            metrics["critic/vf_loss"] = vf_loss.item()
+            metrics["critic/vpred_mean"] = masked_mean(vpreds.detach(), part.response_mask).item()
+            return vf_loss, metrics
+
+        metrics = self.optim.run_epochs(
+            len(rollout),
+            micro_batch_loss,
+            epochs=epochs,
+            mini_batch_size=mini_batch_size,
+            micro_batch_size=micro_batch_size,
+            generator=shuffle_generator(shuffle_seed, self.shuffle_generator, shuffle),
+        )
+        metrics["critic/grad_norm"] = metrics.pop("grad_norm")
+        metrics["critic/lr"] = metrics.pop("lr")
+        return metrics
+
+    # --- weights and checkpoints ---
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Body weights under their own names, head weights under `value_head.`; CPU copies."""
+        state = {**self.backbone.state_dict(), **{f"value_head.{k}": v for k, v in self.value_head.state_dict().items()}}
+        return {name: t.detach().to("cpu", copy=True) for name, t in state.items()}
+
+    def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        head = {k.removeprefix("value_head."): v for k, v in state_dict.items() if k.startswith("value_head.")}
+        body = {k: v for k, v in state_dict.items() if not k.startswith("value_head.")}
+        self.backbone.load_state_dict(body)
+        self.value_head.load_state_dict(head)
+
+    def save(self, directory: str | Path) -> None:
+        from safetensors.torch import save_file
+
+        self.backbone.save_pretrained(directory)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(directory)
+        head = {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()}
+        save_file(head, str(Path(directory) / VALUE_HEAD_FILE))
+
+    def load(self, directory: str | Path) -> None:
+        """Weights of a folder written by `save` (the architecture must match)."""
+        from transformers import AutoModel
+
+        loaded = AutoModel.from_pretrained(directory, dtype=next(self.backbone.parameters()).dtype)
+        self.backbone.load_state_dict(loaded.state_dict())
+        self.load_value_head(Path(directory) / VALUE_HEAD_FILE)
+
+    def load_value_head(self, file: str | Path) -> None:
+        from safetensors.torch import load_file
+
+        self.value_head.load_state_dict(load_file(str(file), device=str(self.device)))
+
+    def optimizer_state(self) -> dict[str, Any]:
+        return self.optim.state_dict()
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        self.optim.load_state_dict(state)
+
+
+def _maybe_tokenizer(path: str) -> Any:
+    """The folder's tokenizer, saved next to the critic so its checkpoint is a complete HF folder."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,122 @@
+"""What the actor and the critic share: AdamW with warm-up, and the PPO epoch / mini-batch / micro-batch loop."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+
+# loss_fn(row indices of one micro-batch) -> (scalar loss, {metric name: float})
+MicroBatchLoss = Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+
+
+class Optimization:
+    """AdamW + a linear warm-up to a constant learning rate, stepped once per training step.
+
+    The warm-up factor is (step + 1) / warmup_steps, so the first step already learns (verl's schedule
+    starts at 0, which wastes a step).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        *,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.0,
+        grad_clip: float | None = 1.0,
+        warmup_steps: int = 0,
+    ) -> None:
+        self.params = [p for p in params if p.requires_grad]
+        self.grad_clip = grad_clip
+        self.optimizer = torch.optim.AdamW(self.params, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+        )
+
+    @property
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def run_epochs(
+        self,
+        batch_size: int,
+        loss_fn: MicroBatchLoss,
+        *,
+        epochs: int,
+        mini_batch_size: int | None,
+        micro_batch_size: int | None,
+        generator: torch.Generator | None,
+    ) -> dict[str, float]:
+        """One training step: `epochs` passes over shuffled mini-batches, one optimizer step per mini-batch.
+
+        Each micro-batch's loss is scaled by its share of the mini-batch before `backward`, so the summed
+        gradient is that of the mini-batch mean. Metrics are averaged over mini-batches.
+        """
+        mini_batch_size = mini_batch_size or batch_size
+        micro_batch_size = micro_batch_size or mini_batch_size
+        if batch_size % mini_batch_size or mini_batch_size % micro_batch_size:
+            raise ValueError(
+                f"mini_batch_size {mini_batch_size} must divide the batch of {batch_size} samples, "
+                f"and micro_batch_size {micro_batch_size} must divide the mini-batch"
+            )
+        lr = self.lr
+        totals: dict[str, float] = {}
+        num_steps = 0
+        for mini in minibatches(batch_size, mini_batch_size, epochs, generator):
+            self.optimizer.zero_grad(set_to_none=True)
+            for micro in mini.split(micro_batch_size):
+                share = len(micro) / len(mini)
+                loss, metrics = loss_fn(micro)
+                (loss * share).backward()
+                for name, value in metrics.items():
+                    totals[name] = totals.get(name, 0.0) + share * float(value)
+            grad_norm = self.clip_and_step()
+            totals["grad_norm"] = totals.get("grad_norm", 0.0) + grad_norm
+            num_steps += 1
+        self.scheduler.step()
+        averaged = {name: value / num_steps for name, value in totals.items()}
+        averaged["lr"] = lr
+        return averaged
+
+    def clip_and_step(self) -> float:
+        """Clip the gradient norm, then step; a non-finite norm skips the step (verl does the same)."""
+        max_norm = self.grad_clip if self.grad_clip and self.grad_clip > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(grad_norm)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer and scheduler state: tensors and plain python only."""
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+def minibatches(
+    batch_size: int, mini_batch_size: int, epochs: int, generator: torch.Generator | None
+) -> Iterator[torch.Tensor]:
+    """Row indices of each mini-batch, epoch after epoch; shuffled per epoch unless generator is None."""
+    for _ in range(epochs):
+        if generator is None:
+            order = torch.arange(batch_size)
+        else:
+            order = torch.randperm(batch_size, generator=generator)
+        yield from order.split(mini_batch_size)
+
+
+def micro_batches(batch_size: int, micro_batch_size: int | None) -> list[torch.Tensor]:
+    """Contiguous row indices of size `micro_batch_size` (the last may be smaller)."""
+    return list(torch.arange(batch_size).split(micro_batch_size or batch_size or 1))
+
+
+def shuffle_generator(shuffle_seed: int | None, fallback: torch.Generator, shuffle: bool) -> torch.Generator | None:
+    if not shuffle:
+        return None
+    if shuffle_seed is None:
+        return fallback
+    return torch.Generator().manual_seed(shuffle_seed)

@@ -1,0 +1,253 @@
+"""The policy worker: the actor (trainable) or the reference policy (frozen), with a colocated HF rollout."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlgraph.workers.batch import Rollout
+from rlgraph.workers.optim import Optimization, micro_batches, shuffle_generator
+from rlgraph.workers.rollout_hf import HFRollout
+
+
+class PolicyWorker:
+    """A causal LM that scores responses (`log_prob`), generates (`generate`) and, if trainable, learns (`update`)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        trainable: bool,
+        lr: float = 1e-6,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.0,
+        grad_clip: float | None = 1.0,
+        warmup_steps: int = 0,
+        entropy_coeff: float = 0.0,
+        kl_loss_coef: float = 0.0,
+        kl_loss_kind: str = "k3",
+        clip_low: float = 0.2,
+        clip_high: float = 0.2,
+        clip_c: float = 3.0,
+        loss_agg: str = "token-mean",
+        policy_loss: str = "vanilla",
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device | None = None,
+    ) -> None:
+        from rlgraph.algos import get_policy_loss
+
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.module, self.tokenizer = load_causal_lm(model_path, dtype, self.device)
+        # Dropout off in every role: the ratio new/old must compare the same function.
+        self.module.eval()
+        self.trainable = trainable
+        self.entropy_coeff = entropy_coeff
+        self.kl_loss_coef = kl_loss_coef
+        self.kl_loss_kind = kl_loss_kind
+        self.clip_low, self.clip_high, self.clip_c = clip_low, clip_high, clip_c
+        self.loss_agg = loss_agg
+        self.policy_loss_fn = get_policy_loss(policy_loss)
+        self.shuffle_generator = torch.Generator().manual_seed(seed)
+        self.sample_generator = torch.Generator().manual_seed(seed + 1)
+        self.rollout = HFRollout(self.module, self.tokenizer)
+        self.optim: Optimization | None = None
+        if trainable:
+            self.optim = Optimization(
+                self.module.parameters(),
+                lr=lr,
+                betas=betas,
+                weight_decay=weight_decay,
+                grad_clip=grad_clip,
+                warmup_steps=warmup_steps,
+            )
+        else:
+            self.module.requires_grad_(False)
+
+    # --- scoring ---
+
+    def response_logits(self, rollout: Rollout, temperature: float = 1.0) -> torch.Tensor:
+        """Logits that predict each response token, divided by the sampling temperature. (batch, R, vocab)"""
+        return response_logits(self.module, rollout.to(self.device), temperature)
+
+    @torch.no_grad()
+    def log_prob(
+        self,
+        rollout: Rollout,
+        micro_batch_size: int | None = None,
+        with_entropy: bool = False,
+        temperature: float = 1.0,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """log pi(response_t | prompt, response_<t) in float32, (batch, R); with entropy if asked.
+
+        Masked positions (after EOS) hold whatever the model says there; consumers apply response_mask.
+        """
+        from rlgraph.algos import entropy_from_logits
+
+        log_probs, entropies = [], []
+        for rows in micro_batches(len(rollout), micro_batch_size):
+            part = rollout.select(rows)
+            logits = self.response_logits(part, temperature)  # (micro, R, vocab)
+            log_probs.append(gather_log_probs(logits, part.responses.to(self.device)).cpu())
+            if with_entropy:
+                entropies.append(entropy_from_logits(logits).cpu())
+        log_prob = torch.cat(log_probs)  # (batch, R)
+        return (log_prob, torch.cat(entropies)) if with_entropy else log_prob
+
+    # --- training ---
+
+    def update(
+        self,
+        rollout: Rollout,
+        old_log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        ref_log_prob: torch.Tensor | None = None,
+        *,
+        epochs: int = 1,
+        mini_batch_size: int | None = None,
+        micro_batch_size: int | None = None,
+        shuffle: bool = True,
+        shuffle_seed: int | None = None,
+        temperature: float = 1.0,
+    ) -> dict[str, float]:
+        """One PPO training step on this rollout. Batch sizes count samples (rows), not prompts."""
+        from rlgraph.algos import agg_loss, entropy_from_logits, kl_penalty
+
+        if self.optim is None:
+            raise RuntimeError("this PolicyWorker was built with trainable=False (a reference policy) and cannot update")
+        use_kl_loss = self.kl_loss_coef > 0 and ref_log_prob is not None
+        rollout = rollout.to(self.device)
+        old_log_prob, advantages = old_log_prob.to(self.device), advantages.to(self.device)
+        if use_kl_loss:
+            ref_log_prob = ref_log_prob.to(self.device)
+        extra = {"clip_c": self.clip_c} if "clip_c" in inspect.signature(self.policy_loss_fn).parameters else {}
+
+        def micro_batch_loss(rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            part = rollout.select(rows)
+            mask = part.response_mask  # (micro, R)
+            logits = self.response_logits(part, temperature)  # (micro, R, vocab)
+            log_prob = gather_log_probs(logits, part.responses)  # (micro, R)
+            pg_loss, metrics = self.policy_loss_fn(
+                old_log_prob[rows],
+                log_prob,
+                advantages[rows],
+                mask,
+                clip_low=self.clip_low,
+                clip_high=self.clip_high,
+                agg=self.loss_agg,
+                **extra,
+            )
+            metrics["actor/pg_loss"] = pg_loss.item()
+            loss = pg_loss
+            if self.entropy_coeff != 0:
+                entropy = agg_loss(entropy_from_logits(logits), mask, self.loss_agg)
+                loss = loss - self.entropy_coeff * entropy
+            else:
+                with torch.no_grad():
+                    entropy = agg_loss(entropy_from_logits(logits.detach()), mask, self.loss_agg)
+            metrics["actor/entropy"] = entropy.item()
+            if use_kl_loss:
+                kl_loss = agg_loss(kl_penalty(log_prob, ref_log_prob[rows], self.kl_loss_kind), mask, self.loss_agg)
+                loss = loss + self.kl_loss_coef * kl_loss
+                metrics["actor/kl_loss"] = kl_loss.item()
+            return loss, metrics
+
+        metrics = self.optim.run_epochs(
+            len(rollout),
+            micro_batch_loss,
+            epochs=epochs,
+            mini_batch_size=mini_batch_size,
+            micro_batch_size=micro_batch_size,
+            generator=shuffle_generator(shuffle_seed, self.shuffle_generator, shuffle),
+        )
+        metrics["actor/grad_norm"] = metrics.pop("grad_norm")
+        metrics["actor/lr"] = metrics.pop("lr")
+        return metrics
+
+    # --- rollout (hybrid engine: samples from this worker's own weights) ---
+
+    def generate(self, items: list[dict], n: int = 1, *, seed: int | torch.Generator | None = None, **sampling: Any) -> Rollout:
+        """`HFRollout.generate` on this worker's weights; without a seed, draws one from the worker's seed."""
+        return self.rollout.generate(items, n, seed=self.sample_generator if seed is None else seed, **sampling)
+
+    # --- weights and checkpoints ---
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """A CPU copy of the weights, for weight sync through the object store."""
+        return {name: t.detach().to("cpu", copy=True) for name, t in self.module.state_dict().items()}
+
+    def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        self.module.load_state_dict(state_dict)
+
+    def save(self, directory: str | Path) -> None:
+        """An HF folder that `PolicyWorker(directory, ...)` (or `from_pretrained`) loads back."""
+        self.module.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """Optimizer and LR-scheduler state; tensors and plain python only (torch.load(weights_only=True))."""
+        if self.optim is None:
+            raise RuntimeError("a PolicyWorker built with trainable=False has no optimizer")
+        return self.optim.state_dict()
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        if self.optim is None:
+            raise RuntimeError("a PolicyWorker built with trainable=False has no optimizer")
+        self.optim.load_state_dict(state)
+
+
+def load_causal_lm(model_path: str, dtype: torch.dtype, device: torch.device) -> tuple[torch.nn.Module, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(model_path)
+    module = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return module, tokenizer
+
+
+def resolve_model_path(model_path: str) -> str:
+    """`builtin:` names map to local folders made by rlgraph.models; anything else is an HF path."""
+    if model_path.startswith("builtin:"):
+        from rlgraph.models import resolve_model_path as resolve_builtin
+
+        return str(resolve_builtin(model_path))
+    return model_path
+
+
+def response_logits(module: torch.nn.Module, rollout: Rollout, temperature: float = 1.0) -> torch.Tensor:
+    """Logits at positions P-1 .. P+R-2, the ones that predict the response tokens. (batch, R, vocab)
+
+    position_ids come from the attention mask, so left padding does not shift the rotary positions.
+    """
+    response_len = rollout.response_length
+    kwargs = {}
+    if _accepts_logits_to_keep(module):
+        kwargs["logits_to_keep"] = response_len + 1  # only the last R+1 positions go through the LM head
+    output = module(
+        input_ids=rollout.input_ids,
+        attention_mask=rollout.attention_mask,
+        position_ids=rollout.position_ids,
+        use_cache=False,
+        **kwargs,
+    )
+    logits = output.logits[:, -response_len - 1 : -1].float()  # (batch, R, vocab)
+    return logits / temperature if temperature != 1.0 else logits
+
+
+def gather_log_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log_softmax(logits)[token] per position, in float32. (batch, R)"""
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    return log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+_LOGITS_TO_KEEP: dict[type, bool] = {}
+
+
+def _accepts_logits_to_keep(module: torch.nn.Module) -> bool:
+    cls = type(module)
+    if cls not in _LOGITS_TO_KEEP:
+        _LOGITS_TO_KEEP[cls] = "logits_to_keep" in inspect.signature(module.forward).parameters
+    return _LOGITS_TO_KEEP[cls]

@@ -1,0 +1,39 @@
+rlgraph 1
+# PPO with GAE on two-digit addition, with the built-in tiny GPT.
+# One CPU machine, a few minutes: `rlgraph run specs/ppo_arith.rl`.
+
+model policy { path = "builtin:arith-gpt" }
+
+pool main { nodes = 1  devices_per_node = 1  device = cpu }
+
+role actor {
+  model = policy
+  pool = main
+  optim { lr = 1e-4 }
+}
+role rollout { colocate = actor  engine = hf  n = 4  temperature = 1.0  max_new_tokens = 4 }
+role ref { model = policy  colocate = actor }
+role critic {
+  model = policy
+  colocate = actor
+  optim { lr = 1e-3 }
+}
+
+reward exact { fn = "rlgraph.tasks.arith:exact_match" }
+
+data { train = "builtin:arith/train"  val = "builtin:arith/val"  batch_size = 32 }
+
+step {
+  sync actor -> rollout
+  prompts -> rollout.generate -> responses
+  responses -> exact -> scores
+  responses -> actor.log_prob -> old_log_prob
+  responses -> ref.log_prob -> ref_log_prob
+  responses -> critic.values -> values
+  scores, old_log_prob, ref_log_prob -> kl_penalty(kind = k1, coef = 0.001) -> rewards
+  rewards, values -> gae(gamma = 1.0, lam = 0.95) -> advantages, returns
+  values, returns -> critic.update(epochs = 2, minibatch = 16)
+  old_log_prob, advantages -> actor.update(clip = 0.2, epochs = 2, minibatch = 16)
+}
+
+train { steps = 60  seed = 0  validate_every = 10  checkpoint_every = 20 }

@@ -1,0 +1,150 @@
+import io
+
+import pytest
+import torch
+
+from conftest import make_items
+from rlgraph.workers.batch import Rollout
+from rlgraph.workers.policy import PolicyWorker
+
+PROMPTS = ["12+34=", "5+6=", "7=", "99+1="]
+
+
+@pytest.fixture
+def actor(tiny_model_dir):
+    return PolicyWorker(tiny_model_dir, trainable=True, lr=1e-2, seed=0)
+
+
+@pytest.fixture
+def rollout(actor, tokenizer) -> Rollout:
+    return actor.generate(make_items(PROMPTS, tokenizer), n=2, max_new_tokens=5, seed=0)
+
+
+def unpadded_log_prob(module, rollout: Rollout, row: int, temperature: float = 1.0) -> torch.Tensor:
+    """Reference: the row's real tokens alone (no padding, default positions), one full forward."""
+    keep = rollout.attention_mask[row].bool()
+    tokens = rollout.input_ids[row][keep].unsqueeze(0)
+    logits = module(input_ids=tokens).logits[0].float() / temperature
+    log_probs = torch.log_softmax(logits[:-1], dim=-1).gather(-1, tokens[0, 1:, None]).squeeze(-1)
+    length = int(rollout.response_mask[row].sum())
+    return log_probs[-length:] if length < rollout.response_length else log_probs[-rollout.response_length :]
+
+
+def test_log_prob_matches_unpadded_forward(actor, rollout):
+    # prompts have different lengths, so rows are left-padded: the log-probs must not notice
+    assert (rollout.attention_mask[:, : rollout.prompt_length] == 0).any()
+    log_prob, entropy = actor.log_prob(rollout, micro_batch_size=3, with_entropy=True, temperature=0.8)
+    assert log_prob.shape == entropy.shape == rollout.responses.shape and log_prob.dtype == torch.float32
+    with torch.no_grad():
+        for row in range(len(rollout)):
+            length = int(rollout.response_mask[row].sum())
+            expected = unpadded_log_prob(actor.module, rollout, row, temperature=0.8)
+            torch.testing.assert_close(log_prob[row, :length], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_log_prob_of_a_row_does_not_depend_on_its_batch(actor, rollout):
+    full = actor.log_prob(rollout)
+    for row in (0, 4):  # the longest prompt and a padded one
+        alone = actor.log_prob(Rollout.concat([rollout.select([row])]))
+        mask = rollout.response_mask[row].bool()
+        torch.testing.assert_close(alone[0][mask], full[row][mask], atol=1e-5, rtol=1e-5)
+
+
+def test_zero_advantage_update_leaves_weights_unchanged(actor, rollout):
+    before = actor.state_dict()
+    old = actor.log_prob(rollout)
+    metrics = actor.update(rollout, old, torch.zeros_like(old), epochs=2, mini_batch_size=4, micro_batch_size=2)
+    assert metrics["actor/grad_norm"] == pytest.approx(0.0, abs=1e-8)
+    for name, value in actor.state_dict().items():
+        torch.testing.assert_close(value, before[name], atol=1e-7, rtol=0)
+    assert set(metrics) == {
+        "actor/pg_loss",
+        "actor/pg_clipfrac",
+        "actor/pg_clipfrac_lower",
+        "actor/ppo_kl",
+        "actor/entropy",
+        "actor/grad_norm",
+        "actor/lr",
+    }
+
+
+def test_positive_advantage_raises_log_prob(actor, rollout):
+    old = actor.log_prob(rollout)
+    target = 1  # push up one sampled response, push the others down a little
+    advantages = torch.full_like(old, -0.1)
+    advantages[target] = 1.0
+    advantages = advantages * rollout.response_mask
+    for _ in range(3):
+        actor.update(rollout, old, advantages, mini_batch_size=8)
+    new = actor.log_prob(rollout)
+    mask = rollout.response_mask[target].bool()
+    assert new[target][mask].sum() > old[target][mask].sum() + 0.1
+
+
+def test_micro_batches_accumulate_to_the_mini_batch_gradient(tiny_model_dir, tokenizer):
+    # seq-mean-token-mean weighs rows equally, so micro-batch shares reproduce the full-batch loss exactly
+    workers = [
+        PolicyWorker(tiny_model_dir, trainable=True, lr=1e-3, loss_agg="seq-mean-token-mean") for _ in range(2)
+    ]
+    rollout = workers[0].generate(make_items(PROMPTS, tokenizer), n=2, max_new_tokens=5, seed=1)
+    old = workers[0].log_prob(rollout)
+    advantages = torch.randn(len(rollout), 1, generator=torch.Generator().manual_seed(0)).expand_as(old)
+    m_full = workers[0].update(rollout, old, advantages, mini_batch_size=8, micro_batch_size=8, shuffle=False)
+    m_micro = workers[1].update(rollout, old, advantages, mini_batch_size=8, micro_batch_size=2, shuffle=False)
+    assert m_full["actor/grad_norm"] == pytest.approx(m_micro["actor/grad_norm"], rel=1e-4)
+    after = [w.state_dict() for w in workers]
+    for name in after[0]:
+        torch.testing.assert_close(after[0][name], after[1][name], atol=1e-6, rtol=1e-4)
+
+
+def test_kl_loss_and_entropy_bonus(actor, rollout, tiny_model_dir):
+    ref = PolicyWorker(tiny_model_dir, trainable=False)
+    assert not any(p.requires_grad for p in ref.module.parameters())
+    with pytest.raises(RuntimeError, match="trainable=False"):
+        ref.update(rollout, ref.log_prob(rollout), torch.zeros(len(rollout), 5))
+    actor.kl_loss_coef, actor.entropy_coeff = 0.1, 0.01
+    old = actor.log_prob(rollout)
+    metrics = actor.update(rollout, old, torch.zeros_like(old), ref.log_prob(rollout))
+    assert metrics["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # same weights as the reference
+    assert metrics["actor/grad_norm"] > 0  # the entropy bonus alone moves the weights
+    metrics = actor.update(rollout, old, torch.zeros_like(old), ref.log_prob(rollout))
+    assert metrics["actor/kl_loss"] > 0
+
+
+def test_warmup_schedule_and_lr_metric(tiny_model_dir, tokenizer):
+    actor = PolicyWorker(tiny_model_dir, trainable=True, lr=1e-3, warmup_steps=4)
+    rollout = actor.generate(make_items(PROMPTS[:2], tokenizer), n=2, max_new_tokens=3, seed=0)
+    old = actor.log_prob(rollout)
+    lrs = [actor.update(rollout, old, torch.zeros_like(old), epochs=2, mini_batch_size=2)["actor/lr"] for _ in range(6)]
+    assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+
+
+def test_checkpoint_states_load_with_weights_only(actor, rollout, tiny_model_dir, tmp_path):
+    old = actor.log_prob(rollout)
+    advantages = torch.ones_like(old) * rollout.response_mask
+    actor.update(rollout, old, advantages, mini_batch_size=4)
+    buffer = io.BytesIO()
+    torch.save({"model": actor.state_dict(), "optim": actor.optimizer_state()}, buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=True)
+
+    actor.save(tmp_path / "hf")
+    restored = PolicyWorker(str(tmp_path / "hf"), trainable=True, lr=1e-2)
+    torch.testing.assert_close(restored.log_prob(rollout), actor.log_prob(rollout))
+    fresh = PolicyWorker(tiny_model_dir, trainable=True, lr=1e-2)
+    fresh.load_state_dict(saved["model"])
+    fresh.load_optimizer_state(saved["optim"])
+    # identical state: the next update gives identical weights
+    actor.update(rollout, old, advantages, mini_batch_size=4, shuffle=False)
+    fresh.update(rollout, old, advantages, mini_batch_size=4, shuffle=False)
+    torch.testing.assert_close(fresh.log_prob(rollout), actor.log_prob(rollout))
+    assert fresh.optim.lr == actor.optim.lr
+
+
+def test_generate_reads_the_trained_weights_in_place(actor, tokenizer):
+    items = make_items(PROMPTS, tokenizer)
+    before = actor.generate(items, n=1, max_new_tokens=4, do_sample=False)
+    with torch.no_grad():
+        actor.module.lm_head.weight.mul_(-1)  # tied to the embeddings in this model: a very different policy
+    after = actor.generate(items, n=1, max_new_tokens=4, do_sample=False)
+    assert not torch.equal(before.responses, after.responses)
