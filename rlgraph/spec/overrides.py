@@ -18,6 +18,9 @@ from rlgraph.diagnostics import Diagnostic, Span, error
 from rlgraph.spec import ast
 from rlgraph.spec.loader import Loaded, _merge
 from rlgraph.spec.parser import parse_value
+from rlgraph.spec.schema import BLOCKS
+
+UNNAMED_BLOCKS = tuple(name for name, schema in BLOCKS.items() if not schema.named)
 
 
 def override_source_name(index: int) -> str:
@@ -76,6 +79,10 @@ def _apply_one(loaded: Loaded, text: str, name: str) -> Diagnostic | None:
                      Span(name, 1, column, 1, len(text) + 1),
                      "values are written as in a spec: 1e-6, 80GiB, \"text\", true, [1, 2], or a bare name")
     block, keys = _find_block(loaded.blocks, parts)
+    if block is None and parts[0] in UNNAMED_BLOCKS:  # `-s train.steps=5` works without a `train` block
+        block = ast.Block(parts[0], None, (), path_span, path_span)
+        loaded.blocks.append(block)
+        keys = parts[1:]
     if block is None:
         names = sorted({b.name or b.keyword for b in loaded.blocks})
         close = difflib.get_close_matches(parts[0], names, n=1)

@@ -1,0 +1,46 @@
+"""Who shares devices with whom, and each role's data-parallel size, read off a Program.
+
+Shared by the batch-arithmetic pass and the placement planner so both count the
+same way: a role with a pool has `replicas` replicas of `tp` devices each; a
+colocated role runs on the devices of the root of its `colocate` chain, with
+(root devices / its own tp) replicas.
+"""
+
+from __future__ import annotations
+
+from rlgraph.spec.program import Decl, Program
+
+
+def root_of(program: Program, role: Decl) -> Decl:
+    """Follow `colocate` to the role that owns the devices (stops on a broken or cyclic chain)."""
+    seen = {role.name}
+    while role.get("colocate") in program.roles and role["colocate"] not in seen:
+        role = program.roles[role["colocate"]]
+        seen.add(role.name)
+    return role
+
+
+def tp_of(role: Decl) -> int:
+    return role.get("tp", 1) if role.kind == "rollout" else 1
+
+
+def devices_of(program: Program, role: Decl) -> int:
+    """Devices the role's root occupies in total."""
+    root = root_of(program, role)
+    return root.get("replicas", 1) * tp_of(root)
+
+
+def dp_size(program: Program, role: Decl) -> int:
+    """Data-parallel replicas of a role (at least 1)."""
+    if role.get("colocate") is None:
+        return role.get("replicas", 1)
+    return max(devices_of(program, role) // tp_of(role), 1)
+
+
+def model_of(program: Program, role: Decl) -> str | None:
+    """The declared model a role holds; a colocated rollout without one generates with its root's."""
+    if role.get("model") is not None:
+        return role["model"]
+    if role.get("colocate") is not None:
+        return root_of(program, role).get("model")
+    return None
