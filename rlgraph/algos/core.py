@@ -50,9 +50,7 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
     # One sync on the count; an unbiased variance of fewer than two tokens is undefined, and
     # silently returning inf would turn every whitened advantage into NaN.
     if n.item() < 2:
-        raise ValueError(
-            f"masked_var needs at least 2 masked-in entries for an unbiased variance, got {int(n.item())}"
-        )
+        raise ValueError(f"masked_var needs at least 2 masked-in entries for an unbiased variance, got {int(n.item())}")
     return var * n / (n - 1)
 
 

@@ -16,8 +16,7 @@ LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: a bound on the ratio that float32 can s
 def _check_clip_c(clip_c: float) -> None:
     if not clip_c > 1.0:
         raise ValueError(
-            f"dual-clip constant clip_c must be > 1.0 (it bounds -A * ratio for A < 0 at -A * clip_c), "
-            f"got {clip_c}"
+            f"dual-clip constant clip_c must be > 1.0 (it bounds -A * ratio for A < 0 at -A * clip_c), got {clip_c}"
         )
 
 

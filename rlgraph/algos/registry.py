@@ -30,12 +30,21 @@ POLICY_LOSSES: dict[str, Callable] = {
 }
 
 
+def close_names(name: str, known: list[str], n: int = 3) -> list[str]:
+    """Likely intended names: case-insensitive matches, then names it is a prefix of, then difflib."""
+    query, by_lower = name.lower(), {k.lower(): k for k in known}
+    ranked = [k for lower, k in by_lower.items() if lower.startswith(query)]  # exact case-folded match first
+    ranked.sort(key=lambda k: k.lower() != query)
+    ranked += [by_lower[lower] for lower in difflib.get_close_matches(query, by_lower, n=n)]
+    return list(dict.fromkeys(ranked))[:n]
+
+
 def lookup(table: Mapping[str, Callable], name: str, what: str) -> Callable:
     """table[name], or a KeyError that names the closest entries."""
     try:
         return table[name]
     except KeyError:
-        close = difflib.get_close_matches(name, table, n=3)
+        close = close_names(name, list(table))
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         raise KeyError(f"unknown {what} {name!r}{hint} (known: {', '.join(sorted(table))})") from None
 

@@ -127,7 +127,10 @@ def ref_reinforce_pp_baseline(r, m, labels):
 
 
 def ref_reward_to_go(r, m):
-    return [[sum(r_row[k] for k in range(t, len(r_row)) if m_row[k]) for t in range(len(r_row))] for r_row, m_row in zip(r, m)]
+    out = []
+    for r_row, m_row in zip(r, m):
+        out.append([sum(r_row[k] for k in range(t, len(r_row)) if m_row[k]) for t in range(len(r_row))])
+    return out
 
 
 def ref_remax(r, baselines, m):

@@ -97,9 +97,7 @@ def test_apply_kl_penalty_ignores_masked_positions(fill):
     scores = randn(torch.Generator().manual_seed(3), BATCH, RESPONSE_LEN)
     log_prob, ref_log_prob = log_probs(3)
     clean = apply_kl_penalty(scores, log_prob, ref_log_prob, mask, 0.1, "k3")
-    dirty = apply_kl_penalty(
-        *(fill_masked(x, mask, fill) for x in (scores, log_prob, ref_log_prob)), mask, 0.1, "k3"
-    )
+    dirty = apply_kl_penalty(*(fill_masked(x, mask, fill) for x in (scores, log_prob, ref_log_prob)), mask, 0.1, "k3")
     assert_close(dirty[0], clean[0].double(), mask)
     assert dirty[1] == clean[1]
 

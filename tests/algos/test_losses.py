@@ -162,14 +162,29 @@ def test_policy_loss_rejects_dual_clip_at_most_one(clip_c):
 @pytest.mark.parametrize("mode", AGG_MODES)
 def test_gspo_loss_matches_reference(seed, mode):
     old, lp, adv, mask = batch(seed)
-    lp = (old + 0.05 * (lp - old)).requires_grad_()  # sequence ratios near 1, as in practice
-    adv = adv[:, :1].expand_as(adv).contiguous()  # GSPO's advantages are per sequence
+    # Sequence ratios near 1, as in practice. Advantages vary per token (GSPO-token), which is what
+    # separates the token-level gradient form from differentiating through the sequence mean.
+    lp = (old + 0.05 * (lp - old)).requires_grad_()
     loss, metrics = gspo_policy_loss(old, lp, adv, mask, CLIP_LOW, CLIP_HIGH, agg=mode)
     leaf, lp64 = leaf64(lp)
     ref_loss, ref_metrics = ref_gspo_loss(rows(old), lp64, rows(adv), rows(mask), mode)
     assert_close(loss, ref_loss.item())
     assert_metrics(metrics, ref_metrics)
     assert_close(grad_of(loss, lp), grad_of(ref_loss, leaf))
+
+
+def test_gspo_with_sequence_advantages_is_the_sequence_level_objective():
+    # With one advantage per sequence, GSPO-token's gradient equals that of the plain sequence-level
+    # objective -A_i * s_i(theta), differentiated through the mean log-ratio (Zheng et al. 2025, sec. 4.3).
+    old, lp, adv, mask = batch(1)
+    lp = (old + 0.05 * (lp - old)).requires_grad_()
+    adv = adv[:, :1].expand_as(adv).contiguous()
+    loss, _ = gspo_policy_loss(old, lp, adv, mask, 1e9, 1e9, agg="seq-mean-token-mean")
+    has_tokens = mask.sum(-1) > 0
+    seq_ratio = torch.exp((lp - old).mul(mask).sum(-1)[has_tokens] / mask.sum(-1)[has_tokens])
+    sequence_loss = (-adv[has_tokens, 0] * seq_ratio).mean()
+    torch.testing.assert_close(loss, sequence_loss)
+    torch.testing.assert_close(grad_of(loss, lp), grad_of(sequence_loss, lp))
 
 
 @pytest.mark.parametrize("loss_fn", [policy_loss, gspo_policy_loss])

@@ -29,7 +29,13 @@ def test_spec_keywords_are_parameters():
 
 @pytest.mark.parametrize(
     "typo, suggestion",
-    [("grpo_advantge", "grpo_advantage"), ("GAE", None), ("rloo", "rloo_advantage"), ("reinforce_pp", "reinforce_pp_advantage")],
+    [
+        ("grpo_advantge", "grpo_advantage"),
+        ("GAE", "gae"),
+        ("rloo", "rloo_advantage"),
+        ("reinforce_pp", "reinforce_pp_advantage"),
+        ("ppo", None),
+    ],
 )
 def test_unknown_estimator_suggests_close_names(typo, suggestion):
     with pytest.raises(KeyError) as excinfo:
@@ -39,6 +45,8 @@ def test_unknown_estimator_suggests_close_names(typo, suggestion):
     assert "known: gae," in message
     if suggestion:
         assert f"did you mean {suggestion!r}" in message
+    else:
+        assert "did you mean" not in message
 
 
 def test_unknown_policy_loss_suggests_close_names():
