@@ -49,10 +49,13 @@ class StepGraph:
         self.g = nx.DiGraph()
         self.syncs: list[SyncEdge] = []
         self.g.add_node(DATA_NODE, call=None)
+        self._calls: list[CallNode] | None = None  # memo of calls() and producers(): passes ask per call
+        self._producers: dict[str, list[CallNode]] | None = None
 
     # ---- building
     def add_call(self, node: CallNode) -> None:
         self.g.add_node(node.id, call=node)
+        self._calls = self._producers = None
 
     def add_flow(self, producer: str, consumer: str, field_name: str) -> None:
         if self.g.has_edge(producer, consumer):
@@ -63,17 +66,32 @@ class StepGraph:
     # ---- queries
     def calls(self) -> list[CallNode]:
         """Every call, in the order the step wrote them."""
-        return [d["call"] for _, d in self.g.nodes(data=True) if d["call"] is not None]
+        if self._calls is None:
+            self._calls = [d["call"] for _, d in self.g.nodes(data=True) if d["call"] is not None]
+        return list(self._calls)
 
     def call(self, node_id: str) -> CallNode:
         return self.g.nodes[node_id]["call"]
 
+    def _producer_table(self) -> dict[str, list[CallNode]]:
+        if self._producers is None:
+            self._producers = {}
+            for node in self.calls():
+                for _, name in node.outputs:
+                    self._producers.setdefault(name, []).append(node)
+        return self._producers
+
     def producers(self) -> dict[str, list[CallNode]]:
-        out: dict[str, list[CallNode]] = {}
-        for node in self.calls():
-            for _, name in node.outputs:
-                out.setdefault(name, []).append(node)
-        return out
+        return {name: list(nodes) for name, nodes in self._producer_table().items()}
+
+    def producer(self, field_name: str) -> CallNode | None:
+        """The call that produces a field (the first, if several do), or None (data field, undefined)."""
+        found = self._producer_table().get(field_name)
+        return found[0] if found else None
+
+    def generate_calls(self) -> list[CallNode]:
+        """The rollouts' `generate` calls, in step order; the first is the step's rollout."""
+        return [n for n in self.calls() if n.role_kind == "rollout" and n.method == "generate"]
 
     def consumers(self, field_name: str) -> list[CallNode]:
         return [n for n in self.calls() if any(name == field_name for _, name in n.inputs)]
@@ -84,6 +102,9 @@ class StepGraph:
 
     def upstream(self, node_id: str) -> set[str]:
         return nx.ancestors(self.g, node_id) - {DATA_NODE}
+
+    def downstream(self, node_id: str) -> set[str]:
+        return nx.descendants(self.g, node_id)
 
     def find_cycle(self) -> list[str] | None:
         """A cycle as a path of node ids that returns to its start, or None."""

@@ -71,6 +71,8 @@ class Stage:
     stage: int
     calls: list[str]  # call ids
     concurrent: bool  # True when two or more of its calls run at once on disjoint devices
+    # Calls grouped by shared devices: a lane's calls run one after another, lanes run at once.
+    lanes: list[list[str]] = field(default_factory=list)
 
 
 @dataclass

@@ -1,0 +1,49 @@
+"""Compilation -> Plan: join placement, schedule, memory, role settings and the step's calls."""
+
+from __future__ import annotations
+
+from rlgraph.compiler import Compilation
+from rlgraph.diagnostics import Diagnostic
+from rlgraph.plan.memory import estimate
+from rlgraph.plan.model import CallPlan, Plan
+from rlgraph.plan.placement import place
+from rlgraph.plan.schedule import schedule
+from rlgraph.spec.schema import BLOCKS
+
+
+def _order(d: Diagnostic):
+    return (d.span.file, d.span.line, d.span.column, d.code)
+
+
+def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
+    """The Plan, and every diagnostic (the compiler's, then placement's and memory's).
+
+    A spec with errors still gets the plan of what could be planned: a role whose
+    placement fails is left out, the rest is placed, scheduled and estimated.
+    """
+    diagnostics = list(compilation.diagnostics)
+    plan = Plan(spec=compilation.path)
+    program, graph = compilation.program, compilation.graph
+    if program is not None:
+        plan.pools, plan.roles, plan.placements, placed = place(program)
+        plan.memory, estimated = estimate(program, plan.pools, plan.roles, plan.placements)
+        diagnostics += placed + estimated
+        plan.rewards = {name: decl.get("fn") for name, decl in program.rewards.items()}
+        plan.models = {name: dict(decl.values) for name, decl in program.models.items()}
+        plan.data = dict(program.data.values) if program.data is not None else {}
+        plan.train = (dict(program.train.values) if program.train is not None
+                      else {name: key.default for name, key in BLOCKS["train"].keys.items()})
+    if graph is not None:
+        plan.schedule, stage_of = schedule(graph, plan.placements)
+        plan.calls = [CallPlan(c.id, c.label, c.kind, c.target, c.method, c.role_kind,
+                               [list(port) for port in c.inputs], [list(port) for port in c.outputs],
+                               dict(c.kwargs), stage_of.get(c.id, 0))
+                      for c in graph.calls()]
+        plan.syncs = [[s.source, s.target] for s in graph.syncs]
+    diagnostics.sort(key=_order)
+    plan.diagnostics = [d.to_json() for d in diagnostics]
+    return plan, diagnostics
+
+
+def build_plan(compilation: Compilation) -> Plan:
+    return plan_spec(compilation)[0]

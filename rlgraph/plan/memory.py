@@ -1,0 +1,297 @@
+"""Memory per device: what each role replica holds, summed per device, against the pool's `memory`.
+
+docs/memory.md writes out every formula; in short, per device:
+
+- trained role (actor, critic), Adam: params + grads in the role's dtype, fp32
+  master weights when the dtype is bf16/fp16, fp32 Adam m and v. That is
+  4+4+8 = 16 B/param in fp32 and 2+2+4+8 = 16 B/param in mixed precision;
+  divided by the data-parallel size under `strategy = fsdp`, whole under ddp.
+- frozen role (ref, reward_model): params only, in its dtype; sharded like its
+  colocation root's strategy (fsdp shards), whole on a pool of its own.
+- rollout: weights in its dtype split over tp, or nothing for an hf rollout
+  colocated with the actor whose model it generates with (the hybrid engine
+  reads the actor's weights in place; sglang keeps a copy of its own); plus the
+  KV cache of its share of the batch.
+
+The model's size comes from the model block (`params`, `layers`, ...), else
+from the folder's config.json read as plain JSON, else from BUILTIN_MODELS.
+Nothing here imports torch or transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlgraph.compiler.topology import model_of, root_of
+from rlgraph.diagnostics import Diagnostic, error, warning
+from rlgraph.plan.model import MemoryRow, Placement, PoolPlan, RolePlan
+from rlgraph.plan.view import format_bytes
+from rlgraph.spec.program import Decl, Program
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+MASTER_BYTES = 4  # fp32 master copy of bf16/fp16 weights
+ADAM_BYTES = 8  # fp32 first and second moments (m, v)
+TRAINED = ("actor", "critic")
+FROZEN = ("ref", "reward_model")
+IN_PLACE_ENGINES = ("hf",)  # generate with the colocated actor's own module: no second copy of the weights
+
+# Shapes of the built-in models, as the config.json their build scripts write.
+# `builtin:arith-gpt`: rlgraph/models/build_arith_gpt.py (Architecture) with the
+# character tokenizer of rlgraph/models/char_tokenizer.py (4 specials + 46 characters);
+# tests/plan/test_memory.py checks that the two stay in step.
+BUILTIN_MODELS: dict[str, dict] = {
+    "builtin:arith-gpt": {
+        "model_type": "llama", "vocab_size": 50, "hidden_size": 128, "intermediate_size": 256,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "max_position_embeddings": 64, "tie_word_embeddings": True,
+    },
+}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    params: int | None = None
+    layers: int | None = None
+    hidden: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    vocab: int | None = None
+    source: str = "spec"  # where the numbers came from: spec | config.json | builtin
+
+    @property
+    def has_kv(self) -> bool:
+        return None not in (self.layers, self.kv_heads, self.head_dim)
+
+
+def count_params(config: dict) -> int | None:
+    """Parameters of a Llama / Qwen2 / Mistral-shaped decoder from its config.json, or None."""
+    cfg = config.get("text_config", config) if "hidden_size" not in config else config
+    try:
+        vocab, hidden, layers = cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"]
+        heads, inter = cfg["num_attention_heads"], cfg["intermediate_size"]
+    except KeyError:
+        return None
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or hidden // heads
+    bias = cfg.get("attention_bias", cfg.get("model_type") == "qwen2")
+    q, kv = heads * head_dim, kv_heads * head_dim
+    attention = hidden * q + 2 * hidden * kv + q * hidden + (q + 2 * kv if bias else 0)
+    mlp = 3 * hidden * inter  # gate, up, down
+    per_layer = attention + mlp + 2 * hidden  # + input and post-attention RMSNorm
+    embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings", False) else 2)
+    return layers * per_layer + embeddings + hidden  # + final norm
+
+
+def _read_config(path: str, base: Path) -> tuple[dict, str] | None:
+    if path in BUILTIN_MODELS:
+        return BUILTIN_MODELS[path], "builtin"
+    if path.startswith("builtin:"):
+        return None
+    for folder in (Path(path), base / path):
+        file = folder / "config.json"
+        try:
+            if file.is_file():
+                return json.loads(file.read_text(encoding="utf-8")), "config.json"
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def model_shape(model: Decl, base: Path) -> ModelShape:
+    """The model's size and attention shape: the spec's keys first, then config.json or the built-in table."""
+    found = _read_config(model.get("path") or "", base)
+    config, source = found if found else ({}, "spec")
+    cfg = config.get("text_config", config) if "hidden_size" not in config else config
+    hidden = model.get("hidden") or cfg.get("hidden_size")
+    heads = model.get("heads") or cfg.get("num_attention_heads")
+    # config.json's head_dim stands unless the spec redefines the attention shape
+    head_dim = None if model.is_set("hidden") or model.is_set("heads") else cfg.get("head_dim")
+    if head_dim is None and hidden and heads:
+        head_dim = hidden // heads
+    return ModelShape(
+        params=model.get("params") or count_params(config),
+        layers=model.get("layers") or cfg.get("num_hidden_layers"),
+        hidden=hidden,
+        heads=heads,
+        kv_heads=model.get("kv_heads") or cfg.get("num_key_value_heads") or heads,
+        head_dim=head_dim,
+        vocab=model.get("vocab") or cfg.get("vocab_size"),
+        source=source if not model.is_set("params") else "spec",
+    )
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _strategy(program: Program, role: Decl) -> str:
+    """A trained role's own strategy; a frozen one follows its colocation root (ddp on a pool of its own)."""
+    if role.kind in TRAINED:
+        return role.get("strategy", "ddp")
+    root = root_of(program, role)
+    return root.get("strategy", "ddp") if root is not role and root.kind in TRAINED else "ddp"
+
+
+def shares_actor_weights(program: Program, role: Decl) -> bool:
+    """An hf rollout colocated with the actor whose model it generates with reads the actor's weights in place.
+
+    Other engines (sglang) load the weights into their own memory, so they hold a copy even when colocated.
+    """
+    root = root_of(program, role)
+    return (role.kind == "rollout" and role.get("engine", "hf") in IN_PLACE_ENGINES
+            and role.get("colocate") is not None and root is not role
+            and root.kind == "actor" and model_of(program, role) == root.get("model"))
+
+
+def kv_cache_bytes(shape: ModelShape, *, prompt_length: int, new_tokens: int, sequences: int, dtype: str,
+                   tp: int = 1) -> int:
+    """KV cache per device: 2 (K, V) × layers × kv_heads per device × head_dim × tokens × sequences × bytes."""
+    kv_heads_per_device = _ceil_div(shape.kv_heads, tp)
+    return (2 * shape.layers * kv_heads_per_device * shape.head_dim * (prompt_length + new_tokens)
+            * sequences * DTYPE_BYTES[dtype])
+
+
+def role_memory(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | None) -> tuple[dict[str, int], list[str]]:
+    """Bytes per device of one replica of `role`, by item; and what could not be estimated."""
+    items: dict[str, int] = {}
+    unknown: list[str] = []
+    dtype = role.get("dtype", "fp32")
+    b = DTYPE_BYTES[dtype]
+    P = shape.params if shape else None
+    shard = plan.replicas if _strategy(program, role) == "fsdp" else 1
+    if role.kind in TRAINED:
+        if P is None:
+            return items, ["weights"]
+        items["params"] = _ceil_div(P * b, shard)
+        items["grads"] = _ceil_div(P * b, shard)
+        if b != MASTER_BYTES:
+            items["master"] = _ceil_div(P * MASTER_BYTES, shard)
+        items["optimizer"] = _ceil_div(P * ADAM_BYTES, shard)
+    elif role.kind in FROZEN:
+        if P is None:
+            return items, ["weights"]
+        items["params"] = _ceil_div(P * b, shard)
+    elif role.kind == "rollout":
+        if shares_actor_weights(program, role):
+            items["weights"] = 0
+        elif P is None:
+            unknown.append("weights")
+        else:
+            items["weights"] = _ceil_div(P * b, plan.tp)
+        data = program.data
+        if shape is None or not shape.has_kv:
+            unknown.append("kv_cache")
+        elif data is not None and data.get("batch_size"):
+            sequences = _ceil_div(data["batch_size"] * role.get("n", 1), max(plan.replicas, 1))
+            items["kv_cache"] = kv_cache_bytes(shape, prompt_length=data.get("max_prompt_length", 64),
+                                               new_tokens=role.get("max_new_tokens", 32), sequences=sequences,
+                                               dtype=dtype, tp=plan.tp)
+    return items, unknown
+
+
+def _unknown_diagnostic(program: Program, role: Decl, model_name: str | None, what: list[str]) -> Diagnostic:
+    model = program.models.get(model_name) if model_name else None
+    where = model.span_of("path") if model else role.span
+    name = f"model `{model_name}`" if model_name else f"`{role.name}`"
+    if "weights" in what:
+        return warning("memory-unknown", f"the memory of `{role.name}` cannot be estimated: {name} has no `params`, "
+                       "no readable config.json and is not a built-in model", where,
+                       f"add `params = 7B` (the parameter count) to {name}",
+                       "add `layers`, `hidden`, `heads`, `kv_heads` too for the rollout's KV cache")
+    return warning("memory-unknown", f"the KV cache of `{role.name}` cannot be estimated: {name} does not say "
+                   "its `layers`, `heads` and `hidden` size", where,
+                   f"add e.g. `layers = 28  hidden = 3584  heads = 28  kv_heads = 4` to {name}, "
+                   "or point `path` at a folder with config.json")
+
+
+def _advice(program: Program, item: str, roles: dict[str, RolePlan]) -> str:
+    name, _, what = item.partition("/")
+    role, plan = program.roles.get(name), roles.get(name)
+    if role is None or plan is None:
+        return ""
+    if role.kind in TRAINED and _strategy(program, role) == "ddp" and plan.replicas > 1:
+        return (f"shard `{name}` with `strategy = fsdp`: params, grads and optimizer states are divided by its "
+                f"{plan.replicas} replicas")
+    if role.kind in TRAINED:
+        return f"raise `replicas` of `{name}` (with `strategy = fsdp` each device holds 1/replicas of its 16 B/param)"
+    if what == "kv_cache":
+        return (f"lower `batch_size`, `n` or `max_new_tokens`, or give `{name}` more replicas or a larger `tp`: "
+                "the KV cache is split over both")
+    if role.get("dtype", "fp32") == "fp32":
+        return f"set `dtype = bf16` on `{name}` to halve its weights"
+    return f"give `{name}` more devices (`tp` for a rollout) or a pool of its own"
+
+
+def estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan],
+             placements: list[Placement]) -> tuple[list[MemoryRow], list[Diagnostic]]:
+    """One MemoryRow per device of every pool, and out-of-memory / memory-unknown diagnostics."""
+    diagnostics: list[Diagnostic] = []
+    base = Path(program.path).parent
+    shapes: dict[str, ModelShape] = {}
+    role_plans = {r.name: r for r in roles}
+    per_replica: dict[str, dict[str, int]] = {}
+    warned: set[tuple[str, str]] = set()
+    for plan in roles:
+        role = program.roles[plan.name]
+        model_name = plan.model
+        if model_name in program.models and model_name not in shapes:
+            shapes[model_name] = model_shape(program.models[model_name], base)
+        items, unknown = role_memory(program, role, plan, shapes.get(model_name))
+        per_replica[plan.name] = items
+        for what in unknown:
+            key = (model_name or plan.name, "weights") if what == "weights" else (plan.name, what)
+            if key not in warned:
+                warned.add(key)
+                diagnostics.append(_unknown_diagnostic(program, role, model_name, [what]))
+
+    rows: dict[tuple[str, int, int], MemoryRow] = {}
+    for pool in pools:
+        for node in range(pool.nodes):
+            for device in range(pool.devices_per_node):
+                rows[pool.name, node, device] = MemoryRow(pool.name, node, device, 0, pool.device_memory_bytes, {})
+    for p in placements:
+        for device in p.devices:
+            row = rows.get((p.pool, p.node, device))
+            if row is None:
+                continue
+            for item, size in per_replica.get(p.role, {}).items():
+                key = f"{p.role}/{item}"
+                row.breakdown[key] = row.breakdown.get(key, 0) + size
+                row.estimated_bytes += size
+    out = list(rows.values())
+    diagnostics += _check_fit(program, pools, out, role_plans)
+    return out, diagnostics
+
+
+def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow],
+               roles: dict[str, RolePlan]) -> list[Diagnostic]:
+    out = []
+    for pool in pools:
+        capacity = pool.device_memory_bytes
+        if capacity is None:
+            continue
+        over = [r for r in rows if r.pool == pool.name and r.estimated_bytes > capacity]
+        if not over:
+            continue
+        worst = max(over, key=lambda r: r.estimated_bytes)
+        items = sorted(worst.breakdown.items(), key=lambda kv: -kv[1])
+        top_role = items[0][0].split("/")[0]
+        terms = " + ".join(f"{k} {format_bytes(v)}" for k, v in items if v)
+        decl = program.pools[pool.name]
+        role = program.roles.get(top_role)
+        total = pool.nodes * pool.devices_per_node
+        out.append(error(
+            "out-of-memory",
+            f"estimated {format_bytes(worst.estimated_bytes)} on device {worst.device} of node {worst.node} of pool "
+            f"`{pool.name}` exceeds its {format_bytes(capacity)} ({len(over)} of {total} device"
+            f"{'s' * (total != 1)} over, by {math.ceil(100 * (worst.estimated_bytes / capacity - 1))}%)",
+            decl.span_of("memory"),
+            f"per device: {terms}",
+            _advice(program, items[0][0], roles),
+            label=f"{format_bytes(capacity)} < {format_bytes(worst.estimated_bytes)}",
+            notes=[(f"`{top_role}` holds the most", role.span)] if role is not None else ()))
+    return out

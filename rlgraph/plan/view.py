@@ -1,0 +1,177 @@
+"""Read-only views of a Plan that the text, dot and html renderers share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlgraph.plan.model import DRIVER, MemoryRow, Placement, Plan
+
+# One colour per role kind (and for the driver's calls), used by every renderer.
+KIND_COLORS = {
+    "actor": "#3b6fb6",
+    "critic": "#e07b24",
+    "rollout": "#3f9b4a",
+    "ref": "#8e5ea2",
+    "reward_model": "#cf4a4a",
+    "reward": "#c49a12",
+    "transform": "#5f6b7a",
+    "data": "#8a8f98",
+}
+
+
+def format_bytes(n: float | None) -> str:
+    """1.5 GiB, 80 GiB, 312 KiB, 12 B ('unknown' for None)."""
+    if n is None:
+        return "unknown"
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            value = n / size
+            text = f"{value:.1f}" if value < 100 else f"{value:.0f}"
+            return f"{text.removesuffix('.0')} {unit}"
+    return f"{int(n)} B"
+
+
+DATA = "data"  # the source node of the fields that come from the data
+DATA_FIELDS = ("prompts",)
+
+
+def flows(plan: Plan) -> list[tuple[str, str, str]]:
+    """(producer call id, consumer call id, field) for every field that flows; `data` for the data's fields."""
+    producer: dict[str, str] = {}
+    for call in plan.calls:
+        for _, name in call.outputs:
+            producer.setdefault(name, call.id)
+    out = []
+    for call in plan.calls:
+        for _, name in call.inputs:
+            if name in producer:
+                out.append((producer[name], call.id, name))
+            elif name in DATA_FIELDS:
+                out.append((DATA, call.id, name))
+    return out
+
+
+def device_id(pool: str, node: int, device: int) -> str:
+    """A stable id for a device: `<pool>/<node>/<device>` (also the html element's data-device)."""
+    return f"{pool}/{node}/{device}"
+
+
+def span_text(devices: list[int]) -> str:
+    return f"d{devices[0]}" if len(devices) == 1 else f"d{devices[0]}–{devices[-1]}"
+
+
+def role_kinds(plan: Plan) -> dict[str, str]:
+    return {r.name: r.kind for r in plan.roles}
+
+
+def call_color(plan: Plan, call) -> str:
+    if call.kind == "role":
+        return KIND_COLORS.get(call.role_kind or "", KIND_COLORS["transform"])
+    return KIND_COLORS[call.kind] if call.kind in KIND_COLORS else KIND_COLORS["transform"]
+
+
+@dataclass
+class DeviceView:
+    pool: str
+    node: int
+    device: int
+    kind: str  # cpu | gpu
+    memory: MemoryRow | None
+    processes: dict[str, list[Placement]] = field(default_factory=dict)  # process -> role replicas on this device
+
+    @property
+    def id(self) -> str:
+        return device_id(self.pool, self.node, self.device)
+
+    @property
+    def fraction(self) -> float | None:
+        if self.memory is None or not self.memory.capacity_bytes:
+            return None
+        return self.memory.estimated_bytes / self.memory.capacity_bytes
+
+
+def devices(plan: Plan) -> list[DeviceView]:
+    """Every device of every pool, in order, with the processes and role replicas on it."""
+    rows = {(m.pool, m.node, m.device): m for m in plan.memory}
+    views = {}
+    for pool in plan.pools:
+        for node in range(pool.nodes):
+            for device in range(pool.devices_per_node):
+                views[pool.name, node, device] = DeviceView(pool.name, node, device, pool.device,
+                                                            rows.get((pool.name, node, device)))
+    for p in plan.placements:
+        for d in p.devices:
+            view = views.get((p.pool, p.node, d))
+            if view is not None:
+                view.processes.setdefault(p.process, []).append(p)
+    return list(views.values())
+
+
+def peak(plan: Plan) -> MemoryRow | None:
+    """The fullest device: highest share of capacity where known, else most bytes."""
+    if not plan.memory:
+        return None
+    return max(plan.memory, key=lambda m: (m.capacity_bytes is not None and m.estimated_bytes / m.capacity_bytes,
+                                           m.estimated_bytes))
+
+
+def call_where(plan: Plan) -> dict[str, str]:
+    """Call id -> where it runs, in words: `driver`, or the processes of its role (`actor/0–7`)."""
+    processes: dict[str, list[str]] = {}
+    for p in plan.placements:
+        if p.process not in processes.setdefault(p.role, []):
+            processes[p.role].append(p.process)
+    out = {}
+    for call in plan.calls:
+        if call.kind != "role":
+            out[call.id] = DRIVER
+            continue
+        procs = processes.get(call.target)
+        out[call.id] = _process_range(procs) if procs else "not placed"
+    return out
+
+
+def _process_range(procs: list[str]) -> str:
+    roots = {p.rsplit("/", 1)[0] for p in procs}
+    if len(procs) == 1 or len(roots) != 1:
+        return ", ".join(procs) if len(procs) <= 3 else f"{procs[0]} … {procs[-1]} ({len(procs)})"
+    numbers = [int(p.rsplit("/", 1)[1]) for p in procs]
+    root = roots.pop()
+    if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+        return f"{root}/{numbers[0]}–{numbers[-1]}"
+    return f"{root}/" + ",".join(map(str, numbers))
+
+
+def pools_text(plan: Plan) -> str:
+    """`16 devices in 3 pools (actor_gpus 2×4, critic_gpus 2×2, reward_gpus 2×2)` (nodes × devices per node).
+
+    Pools are counted in their own nodes: two pools may share physical machines
+    (Ray packs them), so their nodes are not added up.
+    """
+    n = sum(p.nodes * p.devices_per_node for p in plan.pools)
+    devices = f"{n} device{'s' * (n != 1)}"
+    if len(plan.pools) == 1:
+        p = plan.pools[0]
+        return f"{devices} (pool {p.name}: {p.nodes} node{'s' * (p.nodes != 1)} × {p.devices_per_node} {p.device})"
+    if 1 < len(plan.pools) <= 4:
+        return f"{devices} in {len(plan.pools)} pools (" + ", ".join(
+            f"{p.name} {p.nodes}×{p.devices_per_node}" for p in plan.pools) + ")"
+    return f"{devices} in {len(plan.pools)} pools"
+
+
+def summary(plan: Plan) -> str:
+    """`16 devices in 2 pools (...); 5 roles; 11 calls in 6 stages; peak 61.2 GiB / 80 GiB per device`."""
+    parts = [pools_text(plan),
+             f"{len(plan.roles)} role{'s' * (len(plan.roles) != 1)}",
+             f"{len(plan.calls)} call{'s' * (len(plan.calls) != 1)} in {len(plan.schedule)} "
+             f"stage{'s' * (len(plan.schedule) != 1)}"]
+    top = peak(plan)
+    if top is not None:
+        capacity = f" / {format_bytes(top.capacity_bytes)}" if top.capacity_bytes else ""
+        parts.append(f"peak {format_bytes(top.estimated_bytes)}{capacity} per device")
+    return "; ".join(parts)
+
+
+def counts(plan: Plan) -> tuple[int, int]:
+    errors = sum(d["severity"] == "error" for d in plan.diagnostics)
+    return errors, len(plan.diagnostics) - errors

@@ -1,0 +1,55 @@
+"""`--format json`: the stable schema of docs/plan.md, and a lossless round trip through Plan."""
+
+from __future__ import annotations
+
+import json
+
+from rlgraph.plan.model import Plan
+
+from .helpers import FIXTURES, REPO, plan_text, spec
+
+
+def _plan(path):
+    from rlgraph.compiler import compile_spec
+    from rlgraph.plan.build import build_plan
+
+    return build_plan(compile_spec(str(path)))
+
+
+def test_schema_keys():
+    data = json.loads(_plan(FIXTURES / "rm_2x8.rl").to_json())
+    assert list(data)[:2] == ["version", "spec"] and data["version"] == 1
+    assert {"pools", "placements", "schedule", "memory", "diagnostics", "roles", "calls", "syncs", "rewards", "data",
+            "train", "models"} <= set(data)
+    assert set(data["pools"][0]) == {"name", "nodes", "devices_per_node", "device", "device_memory_bytes"}
+    assert {"role", "replica", "pool", "node", "device", "process", "devices"} == set(data["placements"][0])
+    assert {"stage", "calls", "concurrent", "lanes"} == set(data["schedule"][0])
+    assert {"pool", "node", "device", "estimated_bytes", "capacity_bytes", "breakdown"} == set(data["memory"][0])
+    assert {"name", "kind", "model", "model_path", "replicas", "tp", "colocate", "config"} == set(data["roles"][0])
+    assert {"id", "label", "kind", "target", "method", "role_kind", "inputs", "outputs", "kwargs",
+            "stage"} == set(data["calls"][0])
+    assert data["syncs"] == [["actor", "rollout"]]
+    assert data["data"]["batch_size"] == 256 and data["train"]["steps"] == 100
+    assert data["models"]["policy"]["params"] == 7_600_000_000
+    kl = next(c for c in data["calls"] if c["id"] == "kl_penalty")
+    assert kl["inputs"] == [["scores", "scores"], ["log_prob", "old_log_prob"], ["ref_log_prob", "ref_log_prob"]]
+    assert kl["kwargs"]["kind"] == "k1" and kl["stage"] == 3
+
+
+def test_round_trip_for_every_shipped_spec():
+    for path in [FIXTURES / "rm_2x8.rl", *sorted((REPO / "specs").glob("*.rl"))]:
+        plan = _plan(path)
+        again = Plan.from_json(plan.to_json())
+        assert again == plan, path
+        assert again.to_json() == plan.to_json()
+
+
+def test_diagnostics_are_json_dicts(tmp_path):
+    text = spec("pool main { nodes = 1  devices_per_node = 1 }\n"
+                "role actor { model = policy  pool = main  replicas = 3 }\n"
+                "role rollout { colocate = actor  n = 4 }")
+    plan, _ = plan_text(tmp_path, text)
+    placement = next(d for d in plan.diagnostics if d["code"] == "placement")
+    assert placement["severity"] == "error" and placement["line"] == 4 and placement["hints"]
+    assert not plan.ok
+    json.dumps(plan.to_dict())

@@ -1,0 +1,44 @@
+"""Broken specs still plan what they can: no renderer raises on any golden spec of the compiler tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlgraph.cli import main
+
+from .helpers import REPO
+
+BROKEN = sorted(REPO.glob("tests/**/golden/*.rl"))
+
+
+@pytest.mark.parametrize("path", BROKEN, ids=[p.name for p in BROKEN])
+def test_every_format_renders_a_broken_spec(path, capsys):
+    for fmt in ("text", "json", "dot", "html"):
+        assert main(["plan", str(path), "--format", fmt]) in (0, 1)
+        assert capsys.readouterr().out.strip(), fmt
+
+
+def test_syntax_error_and_cycle(tmp_path, capsys):
+    bad = tmp_path / "bad.rl"
+    bad.write_text("rlgraph 1\nmodel policy { path = }\n")
+    cyclic = tmp_path / "cycle.rl"
+    cyclic.write_text("""rlgraph 1
+model policy { path = "builtin:arith-gpt" }
+pool main { nodes = 1  devices_per_node = 1 }
+role actor { model = policy  pool = main }
+role rollout { colocate = actor  n = 4 }
+reward exact { fn = "rlgraph.tasks.arith:exact_match" }
+data { train = "builtin:arith/train"  batch_size = 8 }
+step {
+  prompts -> rollout.generate -> responses
+  responses, advantages -> actor.log_prob -> old_log_prob
+  old_log_prob -> exact -> scores
+  scores -> grpo_advantage -> advantages
+  old_log_prob, advantages -> actor.update
+}
+""")
+    for path in (bad, cyclic):
+        for fmt in ("text", "json", "dot", "html"):
+            assert main(["plan", str(path), "--format", fmt]) == 1
+            out = capsys.readouterr()
+            assert out.out.strip() and "error[" in out.err
