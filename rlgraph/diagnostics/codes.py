@@ -51,6 +51,9 @@ _ALL = [
     Code("bad-sync", "error", "a weight-sync edge that cannot work"),
     Code("missing-sync", "warning", "a trained policy is never synced to its rollout"),
     Code("algorithm", "error", "the step's algorithm is inconsistent"),
+    Code("unused-role", "warning", "a declared role that the step never calls"),
+    Code("duplicate-update", "error", "a trained role is updated more than once in one step"),
+    Code("ignored-input", "warning", "an input that the call's arguments make it ignore"),
     # --- numbers and resources ---------------------------------------------------
     Code("batch-divisibility", "error", "batch sizes do not divide as the step needs"),
     Code("placement", "error", "replicas do not fit on the pool's devices"),

@@ -1,0 +1,142 @@
+"""Batch arithmetic, verl users' most common confusion: a step's samples split evenly at every level.
+
+`data.batch_size` counts prompts; the step's rollout draws `n` samples of each, so
+a step has batch_size·n samples, spread over each role's data-parallel replicas
+(generation spreads the prompts). An update's `minibatch` counts prompts, like
+verl's ppo_mini_batch_size; a role's `micro_batch` counts samples per device per
+forward pass, like verl's *_micro_batch_size_per_gpu.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+from rlgraph.compiler.graph import CallNode, StepGraph
+from rlgraph.compiler.passes._common import quoted
+from rlgraph.compiler.topology import dp_size, root_of, tp_of
+from rlgraph.diagnostics import Diagnostic, error
+from rlgraph.spec.program import Decl, Program
+
+
+def batch(program: Program, graph: StepGraph) -> list[Diagnostic]:
+    generates = graph.generate_calls()
+    prompts = program.data.get("batch_size") if program.data is not None else None
+    if not generates or not isinstance(prompts, int) or prompts < 1:
+        return []  # no data or no rollout: reported by other passes
+    rollout = program.roles.get(generates[0].target)
+    n = rollout.get("n", 1) if rollout is not None else 1
+    out = _over_replicas(program, graph, prompts, n)
+    for node in graph.calls():
+        role = program.roles.get(node.target) if node.kind == "role" else None
+        if node.method == "update" and role is not None and role.kind is not None:
+            out += _update(program, node, role, prompts, n)
+    return out
+
+
+def _over_replicas(program: Program, graph: StepGraph, prompts: int, n: int) -> list[Diagnostic]:
+    """Every role called in the step gets an equal share: of the prompts (a rollout) or of the samples.
+
+    Roles on the same devices with the same data-parallel size are reported together."""
+    groups: dict[tuple[int, str], list[Decl]] = {}
+    for name in dict.fromkeys(node.target for node in graph.calls() if node.kind == "role"):
+        role = program.roles.get(name)
+        if role is None or role.kind is None:
+            continue
+        dp = dp_size(program, role)
+        if (prompts if role.kind == "rollout" else prompts * n) % dp:
+            groups.setdefault((dp, root_of(program, role).name), []).append(role)
+    out = []
+    for (dp, root), roles in groups.items():
+        by_prompt = any(r.kind == "rollout" for r in roles)  # the stricter: whole prompts per replica
+        total = prompts if by_prompt else prompts * n
+        multiple = dp if by_prompt else dp // gcd(dp, n)
+        what = f"{prompts} prompts per step" if by_prompt else f"{prompts} prompts × n={n} = {total} samples per step"
+        examples = _either(_multiples_near(prompts, multiple))
+        change = f"use a batch_size that is a multiple of {multiple} (e.g. {examples})"
+        replicas = _replicas_near(program, roles[0], total, dp)
+        if replicas:
+            change += f", or replicas = {_either(replicas)} on `{root}`"
+        spread = ("generation spreads the prompts over the replicas (the n samples of a prompt stay together): "
+                  if by_prompt else "")
+        out.append(error("batch-divisibility", f"{what} do not split evenly over the {dp} data-parallel replicas of "
+                         f"{quoted(r.name for r in roles)}", program.data.span_of("batch_size"), spread + change,
+                         label=f"{total} {'prompts' if by_prompt else 'samples'} / {dp} replicas"))
+    return out
+
+
+def _update(program: Program, node: CallNode, role: Decl, prompts: int, n: int) -> list[Diagnostic]:
+    dp, minibatch = dp_size(program, role), node.kwargs.get("minibatch")
+    span = node.kwarg_spans.get("minibatch", node.span)
+    unit = "`minibatch` counts prompts, like verl's ppo_mini_batch_size"
+    if minibatch is None:
+        minibatch = prompts  # one mini-batch: the whole step
+    elif minibatch > prompts:
+        return [error("batch-divisibility", f"a mini-batch of {minibatch} prompts is more than the {prompts} prompts "
+                      "of a step", span, f"{unit}: use one that divides {prompts}, e.g. "
+                      f"{_either(_divisors_near(prompts, prompts) + [prompts])}",
+                      label=f"{minibatch} prompts × n={n} = {minibatch * n} samples")]
+    elif prompts % minibatch:
+        return [error("batch-divisibility", f"the {prompts} prompts of a step ({prompts * n} samples) do not split "
+                      f"into mini-batches of {minibatch} prompts ({minibatch * n} samples)", span,
+                      f"{unit}: use one that divides {prompts}, e.g. {_either(_divisors_near(prompts, minibatch))}",
+                      label=f"does not divide {prompts}")]
+    if prompts * n % dp:
+        return []  # the whole batch does not split: reported once, at batch_size
+    if minibatch * n % dp:
+        fitting = _divisors_near(prompts, minibatch, lambda d: d * n % dp == 0)
+        replicas = _replicas_near(program, role, minibatch * n, dp)
+        return [error("batch-divisibility", f"a mini-batch of {minibatch} prompts × n={n} = {minibatch * n} samples "
+                      f"does not split evenly over the {dp} data-parallel replicas of `{role.name}`", span,
+                      f"use a minibatch that divides {prompts} and gives a multiple of {dp} samples"
+                      + (f", e.g. {_either(fitting)}" if fitting else "")
+                      + (f", or replicas = {_either(replicas)} on `{root_of(program, role).name}`" if replicas else ""),
+                      label=f"{minibatch * n} samples / {dp} replicas")]
+    return _micro_batch(role, minibatch, n, dp)
+
+
+def _micro_batch(role: Decl, minibatch: int, n: int, dp: int) -> list[Diagnostic]:
+    micro, per_device = role.get("micro_batch"), minibatch * n // dp
+    if not isinstance(micro, int) or micro < 1 or per_device % micro == 0:
+        return []
+    relation = "is more than" if micro > per_device else "does not divide"
+    examples = _divisors_near(per_device, micro) if micro < per_device else \
+        _divisors_near(per_device, per_device) + [per_device]
+    return [error("batch-divisibility", f"micro_batch = {micro} samples {relation} the {per_device} samples each "
+                  f"replica of `{role.name}` gets per mini-batch ({minibatch} prompts × n={n} over {dp} "
+                  f"replica{'s' * (dp != 1)})", role.span_of("micro_batch"),
+                  "`micro_batch` counts samples per device per forward pass, like verl's "
+                  f"ppo_micro_batch_size_per_gpu: use a divisor of {per_device}, e.g. "
+                  f"{_either(examples)}",
+                  label=f"{per_device} samples per replica")]
+
+
+# ---- suggestions ------------------------------------------------------------------
+
+
+def _either(values: list[int]) -> str:
+    return " or ".join(str(v) for v in values)
+
+
+def _multiples_near(value: int, step: int) -> list[int]:
+    """The multiples of `step` just below and above `value`: (32, 3) -> [30, 33]."""
+    below = value // step * step
+    return [m for m in (below, below + step) if m > 0]
+
+
+def _divisors_near(total: int, target: int, ok=lambda d: True) -> list[int]:
+    """The divisors of `total` nearest to `target` from below and above (other than `target`)."""
+    below = next((d for d in range(min(target - 1, total), 0, -1) if total % d == 0 and ok(d)), None)
+    above = next((d for d in range(target + 1, total + 1) if total % d == 0 and ok(d)), None)
+    return [d for d in (below, above) if d is not None]
+
+
+def _replicas_near(program: Program, role: Decl, total: int, dp: int) -> list[int]:
+    """Replica counts (of the role's root) that would make `total` split evenly."""
+    root = root_of(program, role)
+    per_dp = tp_of(role) if root is not role else 1  # root replicas per data-parallel rank of `role`
+    per_root = tp_of(root) if root is not role else 1
+    out = []
+    for d in _divisors_near(total, dp):
+        if d * per_dp % per_root == 0:
+            out.append(d * per_dp // per_root)
+    return out

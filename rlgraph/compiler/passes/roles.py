@@ -1,0 +1,87 @@
+"""Roles do their part: each trained role is updated once, from the right inputs, and each declared role is called."""
+
+from __future__ import annotations
+
+from rlgraph.compiler.graph import CallNode, StepGraph
+from rlgraph.compiler.passes._common import expect_producer, field_span, is_call, is_estimator, written_calls
+from rlgraph.diagnostics import Diagnostic, error, warning
+from rlgraph.spec.program import Decl, Program
+from rlgraph.spec.schema import TRAINED_KINDS
+
+_UPDATE_EXAMPLE = {"actor": "old_log_prob, advantages -> {}.update", "critic": "values, returns -> {}.update"}
+_CALL_EXAMPLE = {"rollout": "prompts -> {}.generate -> responses", "ref": "responses -> {}.log_prob -> ref_log_prob",
+                 "reward_model": "responses -> {}.score -> scores"}
+
+
+def roles(program: Program, graph: StepGraph) -> list[Diagnostic]:
+    if program.step is None:  # reported by the dataflow pass; every role would look unused
+        return []
+    out: list[Diagnostic] = []
+    for role in program.roles.values():
+        out += _updated_once(program, graph, role) + _called(program, role)
+    for node in graph.calls():
+        if node.method == "update" and node.role_kind == "actor":
+            out += _actor_update(program, graph, node)
+        elif node.method == "update" and node.role_kind == "critic":
+            out += _critic_update(graph, node)
+    return out
+
+
+def _updated_once(program: Program, graph: StepGraph, role: Decl) -> list[Diagnostic]:
+    if role.kind not in TRAINED_KINDS:
+        return []
+    if not written_calls(program, role.name, "update"):
+        frozen = ("declare it as a `ref` role if it should stay frozen" if role.kind == "actor"
+                  else "remove the critic if the step does not use values")
+        return [error("not-updated", f"{role.kind} `{role.name}` is trained, but the step never updates it",
+                      role.span, f"add `{_UPDATE_EXAMPLE[role.kind].format(role.name)}` to the step, or {frozen}")]
+    updates = graph.role_calls(role.name, "update")
+    return [error("duplicate-update", f"`{role.name}` is updated more than once in one step", node.span,
+                  f"merge the updates into one `{role.name}.update`; `epochs = 2` passes over the batch twice",
+                  notes=[("first updated", updates[0].span)]) for node in updates[1:]]
+
+
+def _called(program: Program, role: Decl) -> list[Diagnostic]:
+    if role.kind is None or role.kind in TRAINED_KINDS or written_calls(program, role.name):
+        return []  # an uncalled trained role is reported as not updated
+    return [warning("unused-role", f"{role.kind} role `{role.name}` is declared, but the step never calls it",
+                    role.span, f"call it, e.g. `{_CALL_EXAMPLE[role.kind].format(role.name)}`, or remove it")]
+
+
+def _actor_update(program: Program, graph: StepGraph, node: CallNode) -> list[Diagnostic]:
+    actor = node.target
+    refs = [r.name for r in program.roles.values() if r.kind == "ref"] or ["ref"]
+    out = expect_producer(graph, node, "old_log_prob", f"the log-probs of `{actor}` itself",
+                          is_call("actor", "log_prob", actor),
+                          f"pass the output of `responses -> {actor}.log_prob -> old_log_prob`")
+    out += expect_producer(graph, node, "advantages", "the output of an advantage estimator", is_estimator,
+                           "pass the `advantages` of an estimator such as `gae` or `grpo_advantage`")
+    out += expect_producer(graph, node, "ref_log_prob", "the log-probs of a reference policy",
+                           is_call("ref", "log_prob"),
+                           f"pass the output of `responses -> {refs[0]}.log_prob -> ref_log_prob`")
+    kl_coef, ref_log_prob = node.kwargs.get("kl_coef") or 0.0, node.input("ref_log_prob")
+    if kl_coef > 0 and ref_log_prob is None:
+        made = [name for call in graph.calls() if is_call("ref", "log_prob")(call) for _, name in call.outputs]
+        inputs = [name for _, name in node.inputs] + (made or ["ref_log_prob"])[:1]
+        out.append(error("algorithm",
+                         f"`{node.label}` has a KL loss (kl_coef = {kl_coef:g}) but no `ref_log_prob` input",
+                         node.kwarg_spans.get("kl_coef", node.span),
+                         f"pass the reference log-probs as a third input: `{', '.join(inputs)} -> {node.label}(...)`, "
+                         "or set kl_coef = 0"))
+    if kl_coef == 0 and ref_log_prob is not None:
+        out.append(warning("ignored-input",
+                           f"`{node.label}` ignores `{ref_log_prob}`: its KL loss is off (kl_coef = 0)",
+                           field_span(node, ref_log_prob),
+                           f"turn the KL loss on, e.g. `{node.label}(kl_coef = 0.001)`, or drop the input",
+                           label="ignored"))
+    return out
+
+
+def _critic_update(graph: StepGraph, node: CallNode) -> list[Diagnostic]:
+    critic = node.target
+    out = expect_producer(graph, node, "values", f"the values of `{critic}` itself",
+                          is_call("critic", "values", critic),
+                          f"pass the output of `responses -> {critic}.values -> values`")
+    out += expect_producer(graph, node, "returns", "the returns of an advantage estimator", is_estimator,
+                           "pass the `returns` of `gae` (rewards, values -> gae -> advantages, returns)")
+    return out

@@ -1,0 +1,21 @@
+rlgraph 1
+# Two calls produce `scores`.
+
+model policy { path = "builtin:arith-gpt" }
+pool main { nodes = 1  devices_per_node = 1 }
+
+role actor { model = policy  pool = main }
+role rollout { colocate = actor  n = 4 }
+reward exact { fn = "rlgraph.tasks.arith:exact_match" }
+reward format { fn = "rlgraph.tasks.arith:format_ok" }
+
+data { train = "builtin:arith/train"  batch_size = 32 }
+
+step {
+  prompts -> rollout.generate -> responses
+  responses -> exact -> scores
+  responses -> format -> scores  # E: duplicate-field
+  responses -> actor.log_prob -> old_log_prob
+  scores -> grpo_advantage -> advantages
+  old_log_prob, advantages -> actor.update
+}

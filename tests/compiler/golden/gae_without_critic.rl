@@ -1,0 +1,19 @@
+rlgraph 1
+# GAE needs a critic's values; here the "values" are the actor's log-probs.
+
+model policy { path = "builtin:arith-gpt" }
+pool main { nodes = 1  devices_per_node = 1 }
+
+role actor { model = policy  pool = main }
+role rollout { colocate = actor  n = 4 }
+reward exact { fn = "rlgraph.tasks.arith:exact_match" }
+
+data { train = "builtin:arith/train"  batch_size = 32 }
+
+step {
+  prompts -> rollout.generate -> responses
+  responses -> exact -> scores
+  responses -> actor.log_prob -> old_log_prob
+  scores, old_log_prob -> gae -> advantages, returns  # E: algorithm  # W: unused-field
+  old_log_prob, advantages -> actor.update
+}

@@ -1,0 +1,19 @@
+rlgraph 1
+# RLOO's leave-one-out baseline with `n` left at its default of 1.
+
+model policy { path = "builtin:arith-gpt" }
+pool main { nodes = 1  devices_per_node = 1 }
+
+role actor { model = policy  pool = main }
+role rollout { colocate = actor }  # E: algorithm
+reward exact { fn = "rlgraph.tasks.arith:exact_match" }
+
+data { train = "builtin:arith/train"  batch_size = 32 }
+
+step {
+  prompts -> rollout.generate -> responses
+  responses -> exact -> scores
+  responses -> actor.log_prob -> old_log_prob
+  scores -> rloo_advantage -> advantages
+  old_log_prob, advantages -> actor.update
+}

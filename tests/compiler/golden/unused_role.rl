@@ -1,0 +1,20 @@
+rlgraph 1
+# A reference policy is declared (and would be placed), but the step never asks it for log-probs.
+
+model policy { path = "builtin:arith-gpt" }
+pool main { nodes = 1  devices_per_node = 1 }
+
+role actor { model = policy  pool = main }
+role rollout { colocate = actor  n = 4 }
+role ref { model = policy  colocate = actor }  # W: unused-role
+reward exact { fn = "rlgraph.tasks.arith:exact_match" }
+
+data { train = "builtin:arith/train"  batch_size = 32 }
+
+step {
+  prompts -> rollout.generate -> responses
+  responses -> exact -> scores
+  responses -> actor.log_prob -> old_log_prob
+  scores -> grpo_advantage -> advantages
+  old_log_prob, advantages -> actor.update
+}

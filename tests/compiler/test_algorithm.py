@@ -1,0 +1,128 @@
+"""rlgraph/compiler/passes/algorithm.py: estimators, KL terms, weight syncs."""
+
+import pytest
+
+from .helpers import ACTOR_ONLY, GRPO_STEP, PPO_ROLES, PPO_STEP, compile_text, found, line_of, only, spec
+
+SEPARATE_POOLS = """\
+role actor { model = policy  pool = main  replicas = 2 }
+role rollout { model = policy  pool = gen  replicas = 2  n = 4 }"""
+GEN_POOL = "pool gen { nodes = 1  devices_per_node = 2 }"
+
+
+def test_gae_needs_a_critic(tmp_path):
+    step = GRPO_STEP.replace("scores -> grpo_advantage -> advantages",
+                             "scores, old_log_prob -> gae -> advantages, returns\n  returns -> rloo_advantage -> r2")
+    text = spec(step)
+    result = compile_text(tmp_path, text)
+    assert ("algorithm", line_of(text, "-> gae ->")) in found(result)
+    gae = [d for d in result.diagnostics if d.code == "algorithm" and d.span.line == line_of(text, "-> gae ->")][0]
+    assert gae.message == ("`gae` needs the values of a critic as `values`, but `old_log_prob` comes from "
+                           "`actor.log_prob`")
+
+
+def test_gae_with_a_critic_is_fine(tmp_path):
+    assert found(compile_text(tmp_path, spec(PPO_STEP, PPO_ROLES))) == []
+
+
+@pytest.mark.parametrize("estimator", ["grpo_advantage", "rloo_advantage", "reinforce_pp_baseline_advantage"])
+def test_group_estimators_need_several_samples(tmp_path, estimator):
+    text = spec(GRPO_STEP.replace("grpo_advantage", estimator), ACTOR_ONLY.replace("n = 4", "n = 1"))
+    result = compile_text(tmp_path, text)
+    assert found(result) == [("algorithm", line_of(text, "role rollout"))]
+    d = only(result, "algorithm")
+    assert d.message == (f"`{estimator}` compares the samples of each prompt, but rollout `rollout` draws only "
+                         "1 sample per prompt")
+    assert (d.span.column, d.span.end_column) == (line_of_col(text, "n = 1") + 4, line_of_col(text, "n = 1") + 5)
+    assert d.hints == ("set n = 4 or more: a group needs at least 2 samples of one prompt",)
+
+
+def line_of_col(text: str, marker: str) -> int:
+    return next(line.index(marker) for line in text.splitlines() if marker in line) + 1
+
+
+def test_a_defaulted_n_points_at_the_rollout(tmp_path):
+    text = spec(GRPO_STEP, ACTOR_ONLY.replace("  n = 4", ""))
+    result = compile_text(tmp_path, text)
+    d = only(result, "algorithm")
+    assert d.span.line == line_of(text, "role rollout") and d.span.column == len("role ") + 1
+    assert d.message.endswith("(`n` defaults to 1)")
+    assert d.hints == ("add `n = 4` (or more) to role `rollout`: a group needs at least 2 samples of one prompt",)
+
+
+def test_two_samples_make_a_group_and_plain_reinforce_needs_none(tmp_path):
+    assert found(compile_text(tmp_path, spec(GRPO_STEP, ACTOR_ONLY.replace("n = 4", "n = 2")))) == []
+    text = spec(GRPO_STEP.replace("grpo_advantage", "reinforce_pp_advantage"), ACTOR_ONLY.replace("n = 4", "n = 1"))
+    assert found(compile_text(tmp_path, text)) == []
+
+
+def test_kl_penalty_needs_the_reference_policy(tmp_path):
+    text = spec(PPO_STEP.replace("scores, old_log_prob, ref_log_prob -> kl_penalty",
+                                 "scores, old_log_prob, old_log_prob -> kl_penalty"), PPO_ROLES)
+    result = compile_text(tmp_path, text)
+    assert found(result) == sorted([("algorithm", line_of(text, "-> kl_penalty")),
+                                    ("unused-field", line_of(text, "-> ref_log_prob"))])
+    assert only(result, "algorithm").message.startswith(
+        "`kl_penalty` needs the log-probs of a reference policy as `ref_log_prob`")
+
+
+def test_kl_penalty_without_a_ref_role_says_how_to_declare_one(tmp_path):
+    step = GRPO_STEP.replace("scores -> grpo_advantage", "scores, old_log_prob, old_log_prob -> kl_penalty -> rewards"
+                             "\n  rewards -> grpo_advantage")
+    result = compile_text(tmp_path, spec(step))
+    assert only(result, "algorithm").hints[0].startswith(
+        "declare a reference policy, e.g. `role ref { model = policy  colocate = actor }`")
+
+
+def test_kl_penalty_log_prob_from_the_reference_policy(tmp_path):
+    text = spec(PPO_STEP.replace("scores, old_log_prob, ref_log_prob -> kl_penalty",
+                                 "scores, ref_log_prob, ref_log_prob -> kl_penalty"), PPO_ROLES)
+    result = compile_text(tmp_path, text)
+    messages = [d.message for d in result.diagnostics if d.code == "algorithm"]
+    assert any("needs the log-probs of an actor as `log_prob`" in m for m in messages)
+
+
+def test_one_advantage_estimator_per_step(tmp_path):
+    text = spec(GRPO_STEP + "\n  scores -> rloo_advantage -> rloo_adv")
+    result = compile_text(tmp_path, text)
+    assert found(result) == [("algorithm", line_of(text, "rloo_advantage")),
+                             ("unused-field", line_of(text, "rloo_advantage"))]
+    d = only(result, "algorithm")
+    assert d.message == "the step computes advantages twice, with `grpo_advantage` and `rloo_advantage`"
+    assert d.notes[0][1].line == line_of(text, "grpo_advantage")
+
+
+def test_sync_from_a_critic_and_to_a_ref(tmp_path):
+    text = spec("  sync critic -> rollout\n  sync actor -> ref\n" + PPO_STEP, PPO_ROLES)
+    result = compile_text(tmp_path, text)
+    assert found(result) == [("bad-sync", line_of(text, "sync critic")), ("bad-sync", line_of(text, "sync actor"))]
+    critic, ref = sorted((d for d in result.diagnostics), key=lambda d: d.span.line)
+    assert critic.message == "`critic` is a critic role: only an actor's weights are synced to a rollout"
+    assert critic.span.column == len("  sync ") + 1
+    assert ref.message == "`ref` is a ref role: a sync goes to a rollout"
+
+
+def test_sync_into_another_model(tmp_path):
+    roles = SEPARATE_POOLS.replace("model = policy  pool = gen", "model = other  pool = gen")
+    text = spec("  sync actor -> rollout\n" + GRPO_STEP, roles,
+                extra=GEN_POOL + '\nmodel other { path = "/models/other" }')
+    result = compile_text(tmp_path, text)
+    assert found(result) == [("bad-sync", line_of(text, "sync actor"))]
+    assert only(result, "bad-sync").message == ("`actor` trains model `policy`, but rollout `rollout` holds "
+                                                "model `other`")
+
+
+def test_a_rollout_on_its_own_pool_needs_a_sync(tmp_path):
+    text = spec(GRPO_STEP, SEPARATE_POOLS, extra=GEN_POOL)
+    result = compile_text(tmp_path, text)
+    assert found(result) == [("missing-sync", line_of(text, "rollout.generate"))]
+    d = only(result, "missing-sync")
+    assert d.severity == "warning"
+    assert d.hints[0].startswith("add `sync actor -> rollout` to the step")
+    assert found(compile_text(tmp_path, spec("  sync actor -> rollout\n" + GRPO_STEP, SEPARATE_POOLS,
+                                             extra=GEN_POOL))) == []
+
+
+def test_a_colocated_rollout_reads_the_weights_in_place(tmp_path):
+    assert found(compile_text(tmp_path, spec(GRPO_STEP))) == []  # ACTOR_ONLY: no sync, colocated
+    assert found(compile_text(tmp_path, spec("  sync actor -> rollout\n" + GRPO_STEP))) == []
