@@ -11,8 +11,11 @@ role actor {
   pool = main
   optim { lr = 1e-4 }
 }
+
 role rollout { colocate = actor  engine = hf  n = 4  temperature = 1.0  max_new_tokens = 4 }
+
 role ref { model = policy  colocate = actor }
+
 role critic {
   model = policy
   colocate = actor

@@ -16,9 +16,10 @@ def _signature(call: ast.Call, program: Program, diagnostics: list[Diagnostic]):
     if call.method is not None:
         role = program.roles.get(call.target)
         if role is None:
+            suggestion = did_you_mean(call.target, program.roles)
             diagnostics.append(error("unknown-role", f"`{call.target}` is not a declared role", call.target_span,
-                                     did_you_mean(call.target, program.roles),
-                                     label=did_you_mean(call.target, program.roles)))
+                                     "" if suggestion else "declared roles: " + ", ".join(
+                                         f"`{r}`" for r in program.roles), label=suggestion))
             return None
         if role.kind is None:  # its kind was already reported
             return None

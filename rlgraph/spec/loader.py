@@ -40,11 +40,12 @@ def _display(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def _check_header(spec: ast.SpecFile, text: str) -> list[Diagnostic]:
-    if spec.header is None:
-        first = next((i for i, line in enumerate(text.splitlines(), 1) if line.strip()), 1)
-        return [error("missing-header", "the spec does not start with a version header",
-                      Span(spec.path, first, 1, first, 2), "add `rlgraph 1` as the first line")]
+def _check_header(spec: ast.SpecFile) -> list[Diagnostic]:
+    if spec.header is None:  # point at the first item: the header belongs before it
+        first = spec.items[0] if spec.items else None
+        span = (first.keyword_span if isinstance(first, ast.Block) else first.span) if first else Span.point(spec.path)
+        return [error("missing-header", "the spec does not start with a version header", span,
+                      "add `rlgraph 1` as the first line", label="`rlgraph 1` belongs before this")]
     version = spec.header.version
     if version.unit or version.value not in SUPPORTED_VERSIONS:
         supported = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
@@ -63,7 +64,7 @@ def _duplicates_within(entries, where: str) -> list[Diagnostic]:
         else:
             key = entry.keyword if entry.name is None else f"{entry.keyword} {entry.name}"
             span = entry.name_span or entry.keyword_span
-            out += _duplicates_within(entry.entries, key)
+            out += _duplicates_within(entry.entries, f"`{key}`")
         if key in seen:
             out.append(error("duplicate-name", f"`{key}` is defined twice in {where}", span,
                              "remove one of them (to override a definition, put it in a file that includes this one)",
@@ -131,7 +132,7 @@ def _load_file(path: str, via: ast.Include | None, stack: list[str], loaded: Loa
     if spec is None:
         return
     loaded.files[display] = spec
-    loaded.diagnostics += _check_header(spec, text)
+    loaded.diagnostics += _check_header(spec)
     loaded.diagnostics += _duplicates_within([i for i in spec.items if isinstance(i, ast.Block)], display)
     steps = [i for i in spec.items if isinstance(i, ast.Step)]
     for extra in steps[1:]:

@@ -6,10 +6,12 @@ import re
 from functools import lru_cache
 from importlib import resources
 
-from lark import Lark, Token, Transformer, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, v_args
+from lark import (Lark, Token, Transformer, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput,
+                  UnexpectedToken, v_args)
 
 from rlgraph.diagnostics import Diagnostic, Span, error
 from rlgraph.spec import ast
+from rlgraph.spec.schema import BLOCKS
 
 _UNIT = re.compile(r"([KMGTP]i?B|[KMBT])$")
 
@@ -172,6 +174,7 @@ _EXAMPLES: dict[str, list[str]] = {
     "a dataflow line reads `inputs -> call -> outputs`": [
         "step { a -> -> b }", "step { -> a -> b }", "step { a, -> b }", "step { a b -> c }",
         "step { a -> b -> }", "step { a -> b. }", "step { a = b }",
+        "step { a -> b -> c  -> d -> e }",
     ],
     "a list is written `[a, b, c]`": ["x { k = [1 2] }", "x { k = [, 1] }", "x { k = [1,, 2] }"],
     "keyword arguments are written `name = value`, separated by commas": [
@@ -180,15 +183,71 @@ _EXAMPLES: dict[str, list[str]] = {
     "a string is written in double quotes on one line": ["model m { path = 'x' }", 'model m { path = "x }'],
     "`sync` is written `sync actor -> rollout`": ["step { sync a b }", "step { sync -> b }", "step { sync a -> }"],
     "the header is written `rlgraph 1` on the first line": ["rlgraph\nmodel m {}", "rlgraph x"],
-    "unexpected `}`: it closes no block": ["}", "model m { } }"],
+    "unexpected `}`: it closes no block": ["}", "model m { } }", "model m { a = 1 } }", "step { a -> b -> c } }"],
 }
 
 
+# A character that starts no token at all: the mistake it usually is, and how to fix it.
+_BAD_CHARACTERS = {
+    ":": ("use `=` to set a key, not `:`", "write `key = value`"),
+    '"': ("this string is never closed", 'a string ends with `"` on the same line'),
+    "'": ("a string is written in double quotes on one line", 'write `"text"`'),
+}
+
+
+@lru_cache(maxsize=None)
+def _example_states() -> tuple[tuple[object, frozenset, str, str], ...]:
+    """(parser state, accepted tokens, unexpected token type, label) of every example's error.
+
+    Only the state on top of the stack is compared, not the stack's depth (as
+    lark's match_examples does), so an example matches the same mistake after a
+    header, after other items, or deeper in nested blocks.
+    """
+    found = []
+    for label, examples in _EXAMPLES.items():
+        for text in examples + ["rlgraph 1\n" + e for e in examples]:
+            try:
+                _lark().parse(text, start="start")
+            except UnexpectedToken as ut:
+                found.append((ut.state.position, frozenset(ut.accepts or ()), ut.token.type, label))
+            except UnexpectedInput:
+                pass
+    return tuple(found)
+
+
 def _friendly(exc: UnexpectedInput) -> str | None:
-    try:
-        return exc.match_examples(lambda text: _lark().parse(text, start="start"), _EXAMPLES, use_accepts=True)
-    except Exception:  # matching is best effort; never let it hide the real error
+    if not isinstance(exc, UnexpectedToken) or exc.state is None:
         return None
+    key = exc.state.position, frozenset(exc.accepts or ())
+    same_state = [(token, label) for position, accepts, token, label in _example_states() if (position, accepts) == key]
+    same_token = [label for token, label in same_state if token == exc.token.type]
+    return (same_token or [label for _, label in same_state] or [None])[0]
+
+
+_BRACKETS = re.compile(r'#[^\n]*|"(?:[^"\\\n]|\\.)*"|[{}\[\]()]')  # strings and comments are skipped whole
+
+
+def _position(text: str, offset: int) -> tuple[int, int]:
+    """A character offset -> 1-based (line, column), counted as Lark counts them."""
+    return text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _offset(text: str, line: int, column: int) -> int:
+    start = 0
+    for _ in range(line - 1):
+        start = text.find("\n", start) + 1
+    return start + column - 1
+
+
+def _open_brace(text: str, offset: int) -> int | None:
+    """The offset of the innermost `{` still open before `offset` (strings and comments skipped), or None."""
+    stack: list[int] = []
+    for match in _BRACKETS.finditer(text, 0, offset):
+        if match.group() == "{":
+            stack.append(match.start())
+        elif match.group() == "}" and stack:
+            stack.pop()
+    return stack[-1] if stack else None
 
 
 _READABLE = {
@@ -204,21 +263,48 @@ def _expected(exc: UnexpectedInput) -> str:
     return ", ".join(readable[:8])
 
 
+_UNCLOSED = "a `{` is never closed: add the matching `}`"
+_TOP_LEVEL_LINE = re.compile(r"^(?:%s)\b" % "|".join(("step", "include", *BLOCKS)), re.MULTILINE)
+
+
+def _unclosed_brace(text: str, offset: int, at_end: bool) -> tuple[int, int] | None:
+    """(brace, noticed): an unclosed `{` that explains an error at `offset`, and where it shows.
+
+    A top-level keyword at the start of a line while a block is still open means
+    that block lacks its `}`; at the end of the file, any open block does.
+    """
+    for match in _TOP_LEVEL_LINE.finditer(text, 0, offset + 1):
+        brace = _open_brace(text, match.start())
+        if brace is not None:
+            return brace, match.start()
+    brace = _open_brace(text, offset) if at_end else None
+    return None if brace is None else (brace, offset)
+
+
 def _syntax_diagnostic(exc: UnexpectedInput, file: str, text: str) -> Diagnostic:
-    if isinstance(exc, UnexpectedEOF):
-        lines = text.splitlines() or [""]
-        line, column = len(lines), len(lines[-1]) + 1
-        found = "the end of the file"
+    at_end = isinstance(exc, UnexpectedEOF) or (isinstance(exc, UnexpectedToken) and exc.token.type == "$END")
+    if at_end:
+        offset = len(text.rstrip())  # just after the last token, not on trailing blank lines
+        line, column = _position(text, offset)
+        found, width = "the end of the file", 1
     else:
-        line, column = exc.line, exc.column
+        line, column = max(exc.line or 1, 1), max(exc.column or 1, 1)
+        offset = _offset(text, line, column)
         if isinstance(exc, UnexpectedCharacters):
-            found = f"`{exc.char}`"
+            found, width = f"`{exc.char}`", 1
         else:
-            found = f"`{exc.token}`" if str(exc.token) else "the end of the file"
-    width = len(str(getattr(exc, "token", "") or "")) if not isinstance(exc, UnexpectedCharacters) else 1
-    if line is None or line < 1:
-        line, column = 1, 1
-    span = Span(file, line, column, line, column + max(width, 1))
+            found, width = f"`{exc.token}`", max(len(str(exc.token)), 1)
+    span = Span(file, line, column, line, column + width)
+    unclosed = _unclosed_brace(text, offset, at_end)
+    if unclosed is not None:
+        brace, noticed = unclosed
+        (b_line, b_col), (n_line, n_col) = _position(text, brace), _position(text, noticed)
+        where = "the file ends" if at_end and noticed == offset else "the next block starts"
+        return error("syntax", _UNCLOSED, Span(file, b_line, b_col, b_line, b_col + 1), label="never closed",
+                     notes=[(f"still open when {where}", Span(file, n_line, n_col, n_line, n_col + 1))])
+    if isinstance(exc, UnexpectedCharacters) and exc.char in _BAD_CHARACTERS:
+        message, hint = _BAD_CHARACTERS[exc.char]
+        return error("syntax", message, span, hint, label=f"unexpected {found}")
     friendly = _friendly(exc)
     expected = _expected(exc)
     message = friendly or f"unexpected {found}"
@@ -242,6 +328,33 @@ def decode(data: bytes, file: str) -> tuple[str | None, Diagnostic | None]:
                            "save the spec as UTF-8 text")
 
 
+# Blocks, lists and argument lists nest at most this deep. The schema needs two
+# levels; the limit keeps every recursive walk of the tree far from Python's
+# recursion limit, so a hostile spec gets a diagnostic, not a traceback.
+MAX_NESTING = 32
+
+
+class NestingTooDeep(UnexpectedInput):
+    def __init__(self, text: str, offset: int):
+        self.line, self.column = _position(text, offset)
+        self.pos_in_stream = offset
+
+    def __str__(self) -> str:
+        return f"nested more than {MAX_NESTING} levels deep"
+
+
+def _check_nesting(text: str) -> None:
+    depth = 0
+    for match in _BRACKETS.finditer(text):
+        char = match.group()
+        if char in "{[(":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise NestingTooDeep(text, match.start())
+        elif char in "}])":
+            depth = max(depth - 1, 0)
+
+
 def parse_text(text: str, file: str) -> tuple[ast.SpecFile | None, list[Diagnostic]]:
     """Parse one file's text. On a syntax error, returns (None, [diagnostic])."""
     if "\x00" in text:
@@ -250,6 +363,11 @@ def parse_text(text: str, file: str) -> tuple[ast.SpecFile | None, list[Diagnost
         column = index - (text.rfind("\n", 0, index) + 1) + 1
         return None, [error("encoding", "the file contains a NUL byte", Span(file, line, column, line, column + 1),
                             "a spec is plain text; is this a binary file?")]
+    try:
+        _check_nesting(text)
+    except NestingTooDeep as exc:
+        return None, [error("syntax", f"blocks and lists are {exc}", Span(file, exc.line, exc.column, exc.line,
+                            exc.column + 1), "a spec needs two levels at most, e.g. `role actor { optim { ... } }`")]
     _CommentSink.tokens = []
     try:
         tree = _lark().parse(text, start="start")
@@ -262,4 +380,5 @@ def parse_text(text: str, file: str) -> tuple[ast.SpecFile | None, list[Diagnost
 
 def parse_value(text: str, file: str) -> ast.Value:
     """One value, as written on the right of `=`. Raises lark's UnexpectedInput."""
+    _check_nesting(text)
     return _ToAst(file).transform(_lark().parse(text, start="value"))

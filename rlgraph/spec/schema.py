@@ -7,6 +7,7 @@ key's entry carries its type, its default and a one-line doc, which the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,10 @@ SUPPORTED_VERSIONS = (1,)
 _BYTES = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
           "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
 _COUNTS = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+# Upper bounds far past any real run. They keep every value finite and every
+# static check (which may walk devices, replicas or samples one by one) fast.
+_MAX_BYTES, _MAX_COUNT = 2**50, 10**15
+MAX_DEVICES_PER_NODE, MAX_NODES, MAX_REPLICAS, MAX_BATCH = 256, 4096, 2**20, 2**20
 
 
 class TypeMismatch(Exception):
@@ -52,6 +57,8 @@ class Float:
         if not isinstance(node, ast.Number) or node.unit:
             raise TypeMismatch(f"expected {self.describe}")
         value = float(node.value)
+        if not math.isfinite(value):
+            raise TypeMismatch(f"expected {self.describe}, got {node.text}, which is too large")
         if self.min is not None and value < self.min:
             raise TypeMismatch(f"expected {self.describe} >= {self.min}, got {node.text}")
         if self.max is not None and value > self.max:
@@ -68,7 +75,10 @@ class Bytes:
             raise TypeMismatch(f"expected {self.describe}")
         if not node.unit:
             raise TypeMismatch(f"expected {self.describe} (with a unit: KiB, MiB, GiB, TiB, KB, MB, GB, TB)")
-        return int(node.value * _BYTES[node.unit])
+        value = node.value * _BYTES[node.unit]
+        if not 0 < value <= _MAX_BYTES:
+            raise TypeMismatch(f"expected {self.describe}, more than 0 and at most 1PiB")
+        return int(value)
 
 
 @dataclass(frozen=True)
@@ -79,8 +89,8 @@ class Count:
         if not isinstance(node, ast.Number) or (node.unit and node.unit not in _COUNTS):
             raise TypeMismatch(f"expected {self.describe}")
         value = node.value * _COUNTS.get(node.unit, 1)
-        if value < 1:
-            raise TypeMismatch(f"expected {self.describe}, at least 1")
+        if not 1 <= value <= _MAX_COUNT:
+            raise TypeMismatch(f"expected {self.describe}, from 1 to 1000T")
         return int(value)
 
 
@@ -171,7 +181,7 @@ OPTIM = BlockSchema("the optimizer (AdamW) of a trained role", named=False, keys
 
 _PLACEMENT = {
     "pool": Key(Ref("pool"), "the pool whose devices this role occupies"),
-    "replicas": Key(Int(min=1), "data-parallel replicas, one device each (times tp)", 1),
+    "replicas": Key(Int(min=1, max=MAX_REPLICAS), "data-parallel replicas, one device each (times tp)", 1),
     "colocate": Key(Ref("role"), "share the devices (and processes) of this role instead of a pool"),
 }
 _MODEL = {"model": Key(Ref("model"), "the model this role holds")}
@@ -179,7 +189,7 @@ _TRAINED = {
     "strategy": Key(Choice(("ddp", "fsdp")), "data-parallel strategy: ddp replicates, fsdp shards", "ddp"),
     "dtype": Key(Choice(DTYPES), "parameter dtype; bf16/fp16 train in mixed precision with fp32 master weights",
                  "fp32"),
-    "micro_batch": Key(Int(min=1), "samples per device per forward pass (gradient accumulation)"),
+    "micro_batch": Key(Int(min=1, max=MAX_BATCH), "samples per device per forward pass (gradient accumulation)"),
 }
 
 # Keys each role kind accepts. The block keyword is always `role`; `kind` picks
@@ -195,12 +205,12 @@ ROLE_KEYS: dict[str, dict[str, Key]] = {
                      "dtype": _TRAINED["dtype"], "micro_batch": _TRAINED["micro_batch"]},
     "rollout": {**_MODEL, **_PLACEMENT,
                 "engine": Key(Choice(("hf", "sglang")), "generation engine: hf (CPU/GPU) or sglang (GPU)", "hf"),
-                "n": Key(Int(min=1), "samples per prompt", 1),
+                "n": Key(Int(min=1, max=4096), "samples per prompt", 1),
                 "temperature": Key(Float(min=0.0), "sampling temperature (0 = greedy)", 1.0),
                 "top_p": Key(Float(0.0, 1.0), "nucleus sampling mass", 1.0),
                 "top_k": Key(Int(min=0), "sample among the k likeliest tokens (0 = all)", 0),
                 "max_new_tokens": Key(Int(min=1), "the most tokens a response may have", 32),
-                "tp": Key(Int(min=1), "tensor-parallel devices per rollout replica", 1),
+                "tp": Key(Int(min=1, max=MAX_DEVICES_PER_NODE), "tensor-parallel devices per rollout replica", 1),
                 "memory_fraction": Key(Float(0.0, 1.0), "share of device memory the engine may take (GPU)", 0.5),
                 "dtype": _TRAINED["dtype"]},
 }
@@ -219,8 +229,8 @@ BLOCKS: dict[str, BlockSchema] = {
         "vocab": Key(Int(min=1), "vocabulary size"),
     }),
     "pool": BlockSchema("a set of identical nodes and their devices", keys={
-        "nodes": Key(Int(min=1), "number of nodes", required=True),
-        "devices_per_node": Key(Int(min=1), "devices on each node", required=True),
+        "nodes": Key(Int(min=1, max=MAX_NODES), "number of nodes", required=True),
+        "devices_per_node": Key(Int(min=1, max=MAX_DEVICES_PER_NODE), "devices on each node", required=True),
         "device": Key(Choice(("cpu", "gpu")), "device kind", "cpu"),
         "memory": Key(Bytes(), "memory of one device, e.g. 80GiB"),
     }),
@@ -233,10 +243,11 @@ BLOCKS: dict[str, BlockSchema] = {
     "data": BlockSchema("the prompts", named=False, keys={
         "train": Key(Str(), "training prompts: parquet/jsonl path or `builtin:arith/train`", required=True),
         "val": Key(Str(), "validation prompts"),
-        "batch_size": Key(Int(min=1), "prompts per step (samples per step = this x rollout n)", required=True),
+        "batch_size": Key(Int(min=1, max=MAX_BATCH), "prompts per step (samples per step = this x rollout n)",
+                          required=True),
         "max_prompt_length": Key(Int(min=1), "longer prompts are filtered out (tokens)", 64),
         "shuffle": Key(Bool(), "shuffle the training prompts each epoch", True),
-        "val_batch_size": Key(Int(min=1), "prompts per validation batch", 256),
+        "val_batch_size": Key(Int(min=1, max=MAX_BATCH), "prompts per validation batch", 256),
     }),
     "train": BlockSchema("the training loop", named=False, keys={
         "steps": Key(Int(min=1), "training steps", 100),

@@ -67,8 +67,10 @@ def _convert_entries(block: ast.Block, schema: BlockSchema, keys: dict, prefix: 
                                          f"write `{entry.key} {{ key = value }}`"))
                 continue
             owners = [k for k, table in ROLE_KEYS.items() if entry.key in table] if kind else []
+            nested = [name for name, sub in schema.blocks.items() if entry.key in sub.keys]
             hint = (f"`{entry.key}` belongs to {' and '.join(owners)} roles" if owners else
-                    did_you_mean(entry.key, list(keys) + list(schema.blocks)))
+                    f"`{entry.key}` is a key of `{nested[0]}`: write `{nested[0]} {{ {entry.key} = ... }}`"
+                    if nested else did_you_mean(entry.key, list(keys) + list(schema.blocks)))
             diagnostics.append(error("unknown-key", f"{where} has no key `{entry.key}`", entry.key_span,
                                      hint, _allowed(keys)))
             continue
@@ -113,7 +115,7 @@ def to_program(loaded: Loaded) -> tuple[Program, list[Diagnostic]]:
         keys = schema.keys
         if kind:
             keys = {"kind": schema.keys["kind"], **ROLE_KEYS[kind]}
-        where = f"a {kind} role" if kind else (f"`{block.keyword}`")
+        where = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} role" if kind else f"`{block.keyword}`"
         values, spans = {}, {}
         _convert_entries(block, schema, keys, "", where, values, spans, diagnostics, kind=kind)
         if block.keyword == "role" and kind not in ("actor", "critic"):
@@ -122,7 +124,7 @@ def to_program(loaded: Loaded) -> tuple[Program, list[Diagnostic]]:
                 diagnostics.append(error("unknown-key", f"{where} has no block `optim`", optim.keyword_span,
                                          "only actor and critic roles are trained"))
         for name, key in keys.items():
-            if key.required and name not in values and name not in spans:
+            if key.required and block.get(name) is None:  # a wrong value was reported already
                 diagnostics.append(error("missing-key", f"`{block.keyword}{' ' + block.name if block.name else ''}` "
                                          f"needs `{name}`", block.name_span or block.keyword_span,
                                          f"add `{name} = ...` ({key.doc})"))

@@ -1,0 +1,22 @@
+# A spec without the `rlgraph 1` header.
+
+model policy { path = "builtin:arith-gpt" }  # E: missing-header
+
+pool main { nodes = 1  devices_per_node = 1 }
+
+role actor { model = policy  pool = main }
+
+role rollout { colocate = actor  n = 4 }
+
+reward exact { fn = "rlgraph.tasks.arith:exact_match" }
+
+data { train = "builtin:arith/train"  batch_size = 8 }
+
+step {
+  sync actor -> rollout
+  prompts -> rollout.generate -> responses
+  responses -> exact -> scores
+  responses -> actor.log_prob -> old_log_prob
+  scores -> grpo_advantage -> advantages
+  old_log_prob, advantages -> actor.update
+}

@@ -1,0 +1,6 @@
+rlgraph 1
+# Syntax: a keyword argument without `= value`.
+
+step {
+  rewards, values -> gae(gamma) -> advantages, returns  # E: syntax
+}
