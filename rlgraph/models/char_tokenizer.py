@@ -9,10 +9,14 @@ into characters, a Fuse decoder joins them back), wrapped in PreTrainedTokenizer
 - Special tokens: `<pad>` 0, `<s>` 1 (BOS, defined but never added), `</s>` 2 (EOS), `<unk>` 3
   (any character outside the alphabet).
 - Padding is on the left, as generation needs. There is no chat template.
+- Saved with `save_char_tokenizer`: class name PreTrainedTokenizerFast, which transformers 4.x knows
+  too (5.x writes its own TokenizersBackend).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -38,3 +42,13 @@ def build_char_tokenizer() -> Any:
         clean_up_tokenization_spaces=False,
         model_max_length=64,
     )
+
+
+def save_char_tokenizer(tokenizer: Any, out: str | Path) -> None:
+    """save_pretrained, naming the class PreTrainedTokenizerFast rather than transformers 5's
+    TokenizersBackend, so that transformers 4.x (in an sglang or vLLM image, say) loads it too."""
+    tokenizer.save_pretrained(out)
+    config_path = Path(out) / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_path.write_text(json.dumps(config, indent=2) + "\n")

@@ -44,8 +44,8 @@ IN_PLACE_ENGINES = ("hf",)  # generate with the colocated actor's own module: no
 # tests/plan/test_memory.py checks that the two stay in step.
 BUILTIN_MODELS: dict[str, dict] = {
     "builtin:arith-gpt": {
-        "model_type": "llama", "vocab_size": 50, "hidden_size": 128, "intermediate_size": 256,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "model_type": "llama", "vocab_size": 50, "hidden_size": 64, "intermediate_size": 256,
+        "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
         "max_position_embeddings": 64, "tie_word_embeddings": True,
     },
 }

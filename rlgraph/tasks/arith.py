@@ -64,3 +64,13 @@ def exact_match(data_source: str, solution_str: str, ground_truth: Any, extra_in
     del data_source, extra_info  # one task, one rule
     text = solution_str.split(EOS_TEXT, 1)[0].strip()
     return 1.0 if text == str(ground_truth).strip() else 0.0
+
+
+def format_ok(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> float:
+    """1.0 when the completion, stripped and cut at EOS, is a plain non-negative integer; else 0.0.
+
+    A shaping reward to pair with `exact_match`: it pays for answering in the right form at all.
+    """
+    del data_source, ground_truth, extra_info
+    text = solution_str.split(EOS_TEXT, 1)[0].strip()
+    return 1.0 if text.isascii() and text.isdigit() else 0.0
