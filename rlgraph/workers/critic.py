@@ -9,7 +9,7 @@ import torch
 
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.optim import Optimization, micro_batches, shuffle_generator
-from rlgraph.workers.policy import resolve_model_path
+from rlgraph.workers.policy import as_dtype, default_device
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 
@@ -32,14 +32,16 @@ class CriticWorker:
         grad_clip: float | None = 1.0,
         warmup_steps: int = 0,
         seed: int = 0,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | str = torch.float32,
         device: str | torch.device | None = None,
     ) -> None:
         from transformers import AutoModel
 
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        from rlgraph.models import resolve_model_path
+
+        self.device = default_device(device)
         path = resolve_model_path(model_path)
-        self.backbone = AutoModel.from_pretrained(path, dtype=dtype).to(self.device)
+        self.backbone = AutoModel.from_pretrained(path, dtype=as_dtype(dtype)).to(self.device)
         self.backbone.eval()  # no dropout: values at rollout time and in the update must agree
         self.value_head = torch.nn.Linear(self.backbone.config.hidden_size, 1).to(self.device)
         torch.nn.init.zeros_(self.value_head.weight)
@@ -74,7 +76,8 @@ class CriticWorker:
     @torch.no_grad()
     def values(self, rollout: Rollout, micro_batch_size: int | None = None) -> torch.Tensor:
         """Values of the states the response tokens were sampled in, float32, on the CPU. (batch, R)"""
-        return torch.cat([self.predict(rollout.select(rows)).cpu() for rows in micro_batches(len(rollout), micro_batch_size)])
+        rows = micro_batches(len(rollout), micro_batch_size)
+        return torch.cat([self.predict(rollout.select(part)).cpu() for part in rows])
 
     def update(
         self,
@@ -122,7 +125,8 @@ class CriticWorker:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Body weights under their own names, head weights under `value_head.`; CPU copies."""
-        state = {**self.backbone.state_dict(), **{f"value_head.{k}": v for k, v in self.value_head.state_dict().items()}}
+        head = {f"value_head.{k}": v for k, v in self.value_head.state_dict().items()}
+        state = {**self.backbone.state_dict(), **head}
         return {name: t.detach().to("cpu", copy=True) for name, t in state.items()}
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:

@@ -80,7 +80,11 @@ class Optimization:
         return averaged
 
     def clip_and_step(self) -> float:
-        """Clip the gradient norm, then step; a non-finite norm skips the step (verl does the same)."""
+        """Average gradients over data-parallel ranks, clip the norm, then step.
+
+        A non-finite norm skips the step (verl does the same); every rank sees the same norm, so all skip.
+        """
+        average_gradients(self.params)
         max_norm = self.grad_clip if self.grad_clip and self.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
         if torch.isfinite(grad_norm):
@@ -95,6 +99,30 @@ class Optimization:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+def average_gradients(params: list[torch.nn.Parameter]) -> None:
+    """All-reduce the mean gradient when this process is one rank of a data-parallel group.
+
+    The runtime starts the group (`torch.distributed.init_process_group`) in every replica of a role;
+    each replica then updates on its own chunk of the batch (`Rollout.split`) and all stay identical,
+    as under DDP. Without a group (one replica) this does nothing.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    buckets: dict[torch.dtype, list[torch.Tensor]] = {}
+    for p in params:
+        if p.grad is None:  # a rank whose micro-batches never reached this parameter
+            p.grad = torch.zeros_like(p)
+        buckets.setdefault(p.grad.dtype, []).append(p.grad)
+    for grads in buckets.values():  # one all-reduce per dtype, of all gradients flattened
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        for grad, chunk in zip(grads, flat.split([g.numel() for g in grads])):
+            grad.copy_(chunk.view_as(grad))
 
 
 def minibatches(

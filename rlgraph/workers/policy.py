@@ -35,13 +35,18 @@ class PolicyWorker:
         loss_agg: str = "token-mean",
         policy_loss: str = "vanilla",
         seed: int = 0,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | str = torch.float32,
         device: str | torch.device | None = None,
     ) -> None:
-        from rlgraph.algos import get_policy_loss
+        from rlgraph.algos import AGG_MODES, KL_KINDS, get_policy_loss
 
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.module, self.tokenizer = load_causal_lm(model_path, dtype, self.device)
+        if loss_agg not in AGG_MODES:
+            raise ValueError(f"unknown loss_agg {loss_agg!r}; expected one of {', '.join(AGG_MODES)}")
+        if kl_loss_kind not in KL_KINDS:
+            raise ValueError(f"unknown kl_loss_kind {kl_loss_kind!r}; expected one of {', '.join(KL_KINDS)}")
+        self.policy_loss_fn = get_policy_loss(policy_loss)
+        self.device = default_device(device)
+        self.module, self.tokenizer = load_causal_lm(model_path, as_dtype(dtype), self.device)
         # Dropout off in every role: the ratio new/old must compare the same function.
         self.module.eval()
         self.trainable = trainable
@@ -50,7 +55,6 @@ class PolicyWorker:
         self.kl_loss_kind = kl_loss_kind
         self.clip_low, self.clip_high, self.clip_c = clip_low, clip_high, clip_c
         self.loss_agg = loss_agg
-        self.policy_loss_fn = get_policy_loss(policy_loss)
         self.shuffle_generator = torch.Generator().manual_seed(seed)
         self.sample_generator = torch.Generator().manual_seed(seed + 1)
         self.rollout = HFRollout(self.module, self.tokenizer)
@@ -117,7 +121,7 @@ class PolicyWorker:
         from rlgraph.algos import agg_loss, entropy_from_logits, kl_penalty
 
         if self.optim is None:
-            raise RuntimeError("this PolicyWorker was built with trainable=False (a reference policy) and cannot update")
+            raise RuntimeError("a PolicyWorker built with trainable=False (a reference policy) cannot update")
         use_kl_loss = self.kl_loss_coef > 0 and ref_log_prob is not None
         rollout = rollout.to(self.device)
         old_log_prob, advantages = old_log_prob.to(self.device), advantages.to(self.device)
@@ -169,7 +173,9 @@ class PolicyWorker:
 
     # --- rollout (hybrid engine: samples from this worker's own weights) ---
 
-    def generate(self, items: list[dict], n: int = 1, *, seed: int | torch.Generator | None = None, **sampling: Any) -> Rollout:
+    def generate(
+        self, items: list[dict], n: int = 1, *, seed: int | torch.Generator | None = None, **sampling: Any
+    ) -> Rollout:
         """`HFRollout.generate` on this worker's weights; without a seed, draws one from the worker's seed."""
         return self.rollout.generate(items, n, seed=self.sample_generator if seed is None else seed, **sampling)
 
@@ -199,22 +205,30 @@ class PolicyWorker:
         self.optim.load_state_dict(state)
 
 
+def default_device(device: str | torch.device | None) -> torch.device:
+    """The given device, else the first GPU that this process sees, else the CPU."""
+    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """torch.bfloat16 or "bfloat16" (as a spec writes it) -> torch.bfloat16."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype).removeprefix("torch."), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; expected e.g. 'float32' or 'bfloat16'")
+    return value
+
+
 def load_causal_lm(model_path: str, dtype: torch.dtype, device: torch.device) -> tuple[torch.nn.Module, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = resolve_model_path(model_path)
+    from rlgraph.models import resolve_model_path
+
+    path = resolve_model_path(model_path)  # a local folder; `builtin:` models are built on first use
     module = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
     tokenizer = AutoTokenizer.from_pretrained(path)
     return module, tokenizer
-
-
-def resolve_model_path(model_path: str) -> str:
-    """`builtin:` names map to local folders made by rlgraph.models; anything else is an HF path."""
-    if model_path.startswith("builtin:"):
-        from rlgraph.models import resolve_model_path as resolve_builtin
-
-        return str(resolve_builtin(model_path))
-    return model_path
 
 
 def response_logits(module: torch.nn.Module, rollout: Rollout, temperature: float = 1.0) -> torch.Tensor:
@@ -222,6 +236,8 @@ def response_logits(module: torch.nn.Module, rollout: Rollout, temperature: floa
 
     position_ids come from the attention mask, so left padding does not shift the rotary positions.
     """
+    if temperature <= 0:
+        raise ValueError(f"log-probs need a sampling temperature > 0, got {temperature} (greedy has no log-probs)")
     response_len = rollout.response_length
     kwargs = {}
     if _accepts_logits_to_keep(module):

@@ -20,7 +20,9 @@ def load_reward_fn(spec: str) -> RewardFn:
     """Import `"package.module:function"` and return the function."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise RewardFunctionError(f"reward function {spec!r} must be written as 'module:function', e.g. 'rlgraph.tasks.arith:exact_match'")
+        raise RewardFunctionError(
+            f"reward function {spec!r} must be written as 'module:function', e.g. 'rlgraph.tasks.arith:exact_match'"
+        )
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
@@ -46,7 +48,10 @@ class RuleReward:
 
     def __init__(self, fn: RewardFn | str) -> None:
         self.fn = load_reward_fn(fn) if isinstance(fn, str) else fn
-        self.name = fn if isinstance(fn, str) else f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+        if isinstance(fn, str):
+            self.name = fn
+        else:
+            self.name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
 
     def score(self, rollout: Rollout) -> torch.Tensor:
         """(batch, R) float32 with the score at index response_mask.sum() - 1 of each row."""
@@ -57,13 +62,19 @@ class RuleReward:
         return token_level_scores
 
     def score_row(self, rollout: Rollout, row: int) -> float:
-        args = (rollout.data_source[row], rollout.response_text[row], rollout.ground_truth[row], rollout.extra_info[row])
+        args = (
+            rollout.data_source[row],
+            rollout.response_text[row],
+            rollout.ground_truth[row],
+            rollout.extra_info[row],
+        )
         try:
             value = self.fn(*args)
         except Exception as err:
             raise RewardFunctionError(
                 f"reward function {self.name} raised {type(err).__name__}: {err} on row {row} "
-                f"(data_source={args[0]!r}, solution_str={args[1]!r}, ground_truth={args[2]!r}, extra_info={args[3]!r})"
+                f"(data_source={args[0]!r}, solution_str={args[1]!r}, ground_truth={args[2]!r}, "
+                f"extra_info={args[3]!r})"
             ) from err
         try:
             return float(value)

@@ -19,12 +19,15 @@ class HFRollout:
     current weights, so the weight sync is free.
     """
 
-    def __init__(self, module: torch.nn.Module, tokenizer: Any, *, eos_token_id: int | None = None) -> None:
+    def __init__(
+        self, module: torch.nn.Module, tokenizer: Any, *, eos_token_id: int | list[int] | None = None
+    ) -> None:
         self.module = module
         self.tokenizer = tokenizer
-        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.eos_token_id = eos_token_id if eos_token_id is not None else tokenizer.eos_token_id
-        if self.pad_token_id is None or self.eos_token_id is None:
+        self.eos_token_ids = _eos_ids(module, tokenizer) if eos_token_id is None else _as_list(eos_token_id)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = pad if pad is not None else (self.eos_token_ids[0] if self.eos_token_ids else None)
+        if self.pad_token_id is None or not self.eos_token_ids:
             raise ValueError("the tokenizer needs an eos token (and a pad token, or eos is used as pad)")
 
     @torch.no_grad()
@@ -58,19 +61,23 @@ class HFRollout:
             do_sample=not greedy,
             max_new_tokens=max_new_tokens,
             pad_token_id=self.pad_token_id,
-            eos_token_id=self.eos_token_id,
+            eos_token_id=self.eos_token_ids,
             use_cache=True,
             **sampling,
         )
-        was_training = self.module.training
+        # HF fills every setting left unset from the model's own generation_config (a shipped
+        # repetition_penalty, say); a blank one there keeps the samples exactly on-policy.
+        was_training, model_defaults = self.module.training, getattr(self.module, "generation_config", None)
         self.module.eval()
+        if model_defaults is not None:
+            self.module.generation_config = GenerationConfig()
         try:
             with _seeded(seed, device):
-                output = self.module.generate(
-                    input_ids=prompts, attention_mask=prompt_mask, generation_config=config
-                )
+                output = self.module.generate(input_ids=prompts, attention_mask=prompt_mask, generation_config=config)
         finally:
             self.module.train(was_training)
+            if model_defaults is not None:
+                self.module.generation_config = model_defaults
 
         # --- responses: exactly max_new_tokens columns, pad after EOS
         responses = output[:, prompts.shape[1] :]
@@ -78,7 +85,7 @@ class HFRollout:
         if responses.shape[1] < max_new_tokens:
             fill = responses.new_full((responses.shape[0], max_new_tokens - responses.shape[1]), self.pad_token_id)
             responses = torch.cat([responses, fill], dim=1)  # (batch, R)
-        response_mask = mask_after_eos(responses, self.eos_token_id)  # (batch, R)
+        response_mask = mask_after_eos(responses, self.eos_token_ids)  # (batch, R)
         responses = responses.masked_fill(response_mask == 0, self.pad_token_id)
 
         lengths = response_mask.sum(dim=1).tolist()
@@ -121,11 +128,24 @@ def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Ten
     return ids, mask
 
 
-def mask_after_eos(responses: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+def mask_after_eos(responses: torch.Tensor, eos_token_id: int | list[int]) -> torch.Tensor:
     """1 up to and including the first EOS, 0 after; all 1 for a row without EOS."""
-    is_eos = responses == eos_token_id  # (batch, R)
+    is_eos = torch.isin(responses, torch.as_tensor(_as_list(eos_token_id), device=responses.device))  # (batch, R)
     eos_before = is_eos.long().cumsum(dim=1) - is_eos.long()  # EOS tokens strictly before each position
     return (eos_before == 0).long()
+
+
+def _as_list(ids: int | list[int] | None) -> list[int]:
+    if ids is None:
+        return []
+    return [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
+
+
+def _eos_ids(module: torch.nn.Module, tokenizer: Any) -> list[int]:
+    """The tokenizer's EOS, then any other stop tokens the model ships (chat models end turns with one)."""
+    ids = _as_list(tokenizer.eos_token_id)
+    shipped = getattr(getattr(module, "generation_config", None), "eos_token_id", None)
+    return ids + [i for i in _as_list(shipped) if i not in ids]
 
 
 @contextlib.contextmanager
@@ -136,7 +156,7 @@ def _seeded(seed: Seed, device: torch.device):
         return
     if isinstance(seed, torch.Generator):
         seed = int(torch.randint(0, 2**62, (1,), generator=seed))
-    accelerator = device.type != "cpu"
-    with torch.random.fork_rng(devices=[device] if accelerator else [], device_type=device.type if accelerator else "cuda"):
+    on_cpu = device.type == "cpu"
+    with torch.random.fork_rng(devices=[] if on_cpu else [device], device_type="cuda" if on_cpu else device.type):
         torch.manual_seed(seed)
         yield

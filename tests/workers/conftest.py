@@ -1,25 +1,23 @@
-"""A tiny random Llama with a character tokenizer, saved once per session as an HF folder."""
+"""Session fixtures: a tiny random Llama saved as an HF folder, and its tokenizer."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-PAD, EOS = 0, 1
-ALPHABET = "0123456789+="
+from .helpers import EOS, PAD, build_tokenizer
 
 
-def build_tokenizer():
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+def pytest_configure(config):
+    config.addinivalue_line("markers", "learning: end-to-end learning checks of the workers (run alone: -m learning)")
 
-    vocab = {tok: i for i, tok in enumerate(["<pad>", "</s>", "<unk>", *ALPHABET])}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", padding_side="left"
-    )
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The models here are tiny: one thread is as fast, and much faster on a busy machine (no OpenMP spinning)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
@@ -51,19 +49,3 @@ def tiny_model_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def tokenizer():
     return build_tokenizer()
-
-
-def make_items(prompts: list[str], tokenizer, answers: list[str] | None = None) -> list[dict]:
-    """Dataset items in rlgraph.data's shape."""
-    answers = answers or ["" for _ in prompts]
-    return [
-        {
-            "input_ids": tokenizer(p)["input_ids"],
-            "prompt_text": p,
-            "data_source": "test/arith",
-            "ground_truth": a,
-            "extra_info": {"index": i},
-            "index": i,
-        }
-        for i, (p, a) in enumerate(zip(prompts, answers))
-    ]

@@ -3,7 +3,7 @@ import io
 import pytest
 import torch
 
-from conftest import make_items
+from .helpers import make_items
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.policy import PolicyWorker
 
@@ -145,6 +145,43 @@ def test_generate_reads_the_trained_weights_in_place(actor, tokenizer):
     items = make_items(PROMPTS, tokenizer)
     before = actor.generate(items, n=1, max_new_tokens=4, do_sample=False)
     with torch.no_grad():
-        actor.module.lm_head.weight.mul_(-1)  # tied to the embeddings in this model: a very different policy
+        actor.module.model.norm.weight.zero_()  # all logits 0: greedy now picks token 0
     after = actor.generate(items, n=1, max_new_tokens=4, do_sample=False)
     assert not torch.equal(before.responses, after.responses)
+    assert (after.responses == 0).all()
+
+
+def test_greedy_generation_agrees_with_scoring(actor, tokenizer):
+    # generate (KV cache, positions from HF) and log_prob (one forward, our positions) see the same model,
+    # and settings the model ships in its generation_config do not bend the samples off-policy
+    shipped = actor.module.generation_config
+    shipped.repetition_penalty, shipped.no_repeat_ngram_size = 50.0, 1
+    rollout = actor.generate(make_items(PROMPTS, tokenizer), n=1, max_new_tokens=5, do_sample=False)
+    assert actor.module.generation_config is shipped
+    with torch.no_grad():
+        logits = actor.response_logits(rollout)  # (batch, R, vocab)
+    mask = rollout.response_mask.bool()
+    assert torch.equal(logits.argmax(-1)[mask], rollout.responses[mask])
+
+
+def test_settings_are_checked_when_the_worker_is_built(tiny_model_dir):
+    with pytest.raises(ValueError, match="unknown loss_agg 'token_mean'"):
+        PolicyWorker(tiny_model_dir, trainable=True, loss_agg="token_mean")
+    with pytest.raises(ValueError, match="unknown kl_loss_kind 'k4'"):
+        PolicyWorker(tiny_model_dir, trainable=True, kl_loss_kind="k4")
+    with pytest.raises(KeyError, match="unknown policy loss 'vanila'"):
+        PolicyWorker(tiny_model_dir, trainable=True, policy_loss="vanila")
+    with pytest.raises(ValueError, match="unknown dtype 'float33'"):
+        PolicyWorker(tiny_model_dir, trainable=False, dtype="float33")
+    ref = PolicyWorker(tiny_model_dir, trainable=False, dtype="bfloat16")
+    assert next(ref.module.parameters()).dtype == torch.bfloat16
+
+
+def test_bfloat16_log_probs_are_float32_and_close(actor, rollout, tiny_model_dir):
+    ref = PolicyWorker(tiny_model_dir, trainable=False, dtype="bfloat16")
+    low = ref.log_prob(rollout)
+    assert low.dtype == torch.float32
+    mask = rollout.response_mask.bool()
+    torch.testing.assert_close(low[mask], actor.log_prob(rollout)[mask], atol=0.1, rtol=0.05)
+    with pytest.raises(ValueError, match="temperature > 0"):
+        ref.log_prob(rollout, temperature=0.0)

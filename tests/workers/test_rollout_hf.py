@@ -1,6 +1,6 @@
 import torch
 
-from conftest import EOS, PAD, make_items
+from .helpers import EOS, PAD, make_items
 from rlgraph.workers.rollout_hf import HFRollout, left_pad, mask_after_eos
 
 
@@ -26,6 +26,8 @@ def test_left_pad_and_eos_mask():
     assert mask.tolist() == [[0, 1, 1], [0, 0, 1], [1, 1, 1]]
     responses = torch.tensor([[4, EOS, 4, EOS], [4, 4, 4, 4], [EOS, PAD, PAD, PAD]])
     assert mask_after_eos(responses, EOS).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
+    # several stop tokens (chat models): the first of any ends the response
+    assert mask_after_eos(torch.tensor([[4, 5, EOS, 4]]), [5, EOS]).tolist() == [[1, 1, 0, 0]]
 
 
 def test_generate_post_processing_with_scripted_model(tokenizer):
@@ -35,7 +37,7 @@ def test_generate_post_processing_with_scripted_model(tokenizer):
     rollout = HFRollout(lm, tokenizer).generate(items, n=2, max_new_tokens=5, do_sample=False)
     input_ids, attention_mask, config = lm.calls[0]
     assert config.do_sample is False and config.max_new_tokens == 5
-    assert config.eos_token_id == EOS and config.pad_token_id == PAD
+    assert config.eos_token_id == [EOS] and config.pad_token_id == PAD
     # interleaved repeat: p0 p0 p1 p1, left-padded
     assert torch.equal(input_ids[0], input_ids[1]) and input_ids[2, :2].tolist() == [PAD, PAD]
     assert rollout.responses.shape == (4, 5) and rollout.input_ids.shape == (4, 4 + 5)
