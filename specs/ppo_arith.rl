@@ -39,4 +39,4 @@ step {
   old_log_prob, advantages -> actor.update(clip = 0.2, epochs = 2, minibatch = 16)
 }
 
-train { steps = 60  seed = 0  validate_every = 10  checkpoint_every = 20 }
+train { steps = 120  seed = 0  validate_every = 20  checkpoint_every = 40 }
