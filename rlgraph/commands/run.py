@@ -1,0 +1,82 @@
+"""`rlgraph run FILE`: compile, plan, write the plan and the spec into the run directory, train.
+
+Exit codes: 0 trained, 1 the spec has errors or the run failed for a reason the message gives
+(no traceback: every such failure is a RunError), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path, PurePath
+
+from rich.console import Console
+from rich.markup import escape
+
+EXIT_OK, EXIT_ERRORS, EXIT_INTERRUPTED = 0, 1, 130
+
+
+def default_run_dir(file: str) -> Path:
+    return Path("runs") / Path(file).stem
+
+
+def run_command(file: str, overrides: list[str], output: str | None, address: str | None, resume: bool = True) -> int:
+    from rlgraph.compiler import compile_spec
+    from rlgraph.diagnostics import has_errors, render_full
+    from rlgraph.plan.build import plan_spec
+
+    console = Console()
+    compilation = compile_spec(file, overrides)
+    plan, diagnostics = plan_spec(compilation)
+    if diagnostics:
+        sys.stdout.write(render_full(diagnostics, compilation.sources))
+    if has_errors(diagnostics) or not compilation.ok:
+        errors = sum(d.is_error for d in diagnostics)
+        sys.stdout.write(f"Found {errors} error{'s' * (errors != 1)}; nothing was started.\n")
+        return EXIT_ERRORS
+
+    run_dir = Path(output) if output else default_run_dir(file)
+    write_run_inputs(run_dir, plan.to_json(), compilation.sources, compilation.path, overrides)
+
+    # Only now the heavy part: torch, ray and transformers load here.
+    from rlgraph.runtime import RunError, run_plan
+    from rlgraph.runtime.console import RunConsole
+
+    run_console = RunConsole(console)
+    console.print(f"[bold]rlgraph run[/] {escape(file)} -> {escape(str(run_dir))}", highlight=False)
+    try:
+        run_plan(plan, run_dir, address, resume, console=run_console)
+    except RunError as err:
+        run_console.stop()
+        console.print(f"[bold red]error[/]: {escape(str(err))}", highlight=False, soft_wrap=True)
+        return EXIT_ERRORS
+    except KeyboardInterrupt:
+        run_console.stop()
+        console.print("[yellow]interrupted[/]; the latest checkpoint (if any) resumes this run", highlight=False)
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def write_run_inputs(run_dir: Path, plan_json: str, sources: dict[str, str], root: str, overrides: list[str]) -> None:
+    """plan.json, the spec's source files (includes keep their place next to the root file) and
+    overrides.txt: `rlgraph run DIR/spec/<file> -s ...` with those overrides plans the same run."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write(run_dir / "plan.json", plan_json)
+    base = PurePath(root).parent
+    for name, text in sources.items():
+        if name.startswith("<"):  # an override's pseudo-source
+            continue
+        try:
+            relative = PurePath(name).relative_to(base)
+        except ValueError:
+            relative = PurePath(PurePath(name).name)
+        if ".." in relative.parts or relative.is_absolute():
+            relative = PurePath(relative.name)
+        _write(run_dir / "spec" / relative, text)
+    _write(run_dir / "overrides.txt", "".join(f"{o}\n" for o in overrides))
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

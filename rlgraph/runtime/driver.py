@@ -1,0 +1,242 @@
+"""The step driver: runs the Plan's schedule, one stage after another, for one training step.
+
+A stage's calls start together and are awaited together: role calls are actor method calls on the
+processes (ObjectRefs), rewards and transforms run on the driver meanwhile. Batches stay
+ObjectRefs between processes wherever that saves a copy: the Rollout that `generate` returns is
+handed as a ref to every `log_prob`, `values` and `update`; the driver fetches only what its own
+calls need.
+
+Sync edges run at the start of each step (verl syncs right after the update; the same thing seen
+from the next generate). A rollout that shares its process with the policy syncs for free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from rlgraph.plan.model import CallPlan, Plan
+from rlgraph.runtime.errors import ProcessDiedError, RunError, WorkerError
+from rlgraph.runtime.group import Pending
+from rlgraph.runtime.lowering import Lowered
+from rlgraph.runtime.metrics import batch_metrics, timing_name
+from rlgraph.runtime.roles import WorkerSpec, generate_call
+from rlgraph.runtime.transforms import DriverCalls
+
+# Port meanings the batch metrics read (critic/score, critic/rewards, ...).
+_SEMANTIC_PORTS = ("scores", "rewards", "advantages", "returns", "values")
+
+
+def derive_seed(seed: int, step: int, purpose: str) -> int:
+    """A seed for one purpose at one step: the same on every machine and on every resume."""
+    digest = hashlib.sha256(f"rlgraph:{seed}:{step}:{purpose}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 2  # < 2**62
+
+
+@contextlib.contextmanager
+def ray_errors() -> Iterator[None]:
+    """Ray's wrappers off: a worker's WorkerError as itself, a dead process as ProcessDiedError."""
+    try:
+        yield
+    except ray.exceptions.RayTaskError as err:
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, WorkerError):
+            raise cause from None
+        raise
+    except (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError) as err:
+        text = _first_line(str(err))
+        if "creation task" in text:
+            raise ProcessDiedError(
+                f"a worker process could not start: {text}. Every node needs the same rlgraph, torch and "
+                "transformers as the driver (and rlgraph's files must not change while a run starts)."
+            ) from None
+        raise ProcessDiedError(
+            f"a worker process died: {text}. It was most likely killed for memory (lower micro_batch or "
+            "batch_size) or crashed in native code; the Ray logs of this session hold the details."
+        ) from None
+
+
+def _first_line(text: str) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # Ray colours its messages
+    return next((line.strip()[:500] for line in text.splitlines() if line.strip()), text)
+
+
+class Fields:
+    """The step's named values: ObjectRefs (made in a process) or local values (made on the driver).
+
+    Each is fetched at most once (`local`) and put into the object store at most once (`arg`), however
+    many calls read it. `semantic` keeps the tensors the batch metrics need, by what they mean.
+    """
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = dict(values)
+        self.cache: dict[str, Any] = {}
+        self.refs: dict[str, ray.ObjectRef] = {}
+        self.semantic: dict[str, Any] = {}
+
+    def set(self, name: str, value: Any, port: str | None = None) -> None:
+        self.values[name] = value
+        if not isinstance(value, ray.ObjectRef):
+            self.cache[name] = value
+        if port in _SEMANTIC_PORTS:
+            self.semantic[port] = value
+
+    def local(self, name: str) -> Any:
+        if name not in self.cache:
+            value = self.values[name]
+            with ray_errors():
+                self.cache[name] = ray.get(value) if isinstance(value, ray.ObjectRef) else value
+        return self.cache[name]
+
+    def arg(self, name: str) -> Any:
+        value = self.values[name]
+        if isinstance(value, ray.ObjectRef):
+            return value
+        if name not in self.refs:
+            self.refs[name] = ray.put(value)
+        return self.refs[name]
+
+
+@dataclass
+class StepResult:
+    metrics: dict[str, float] = field(default_factory=dict)
+    timing: dict[str, float] = field(default_factory=dict)
+
+
+class StepDriver:
+    def __init__(self, plan: Plan, lowered: Lowered, specs: dict[str, WorkerSpec], driver_calls: DriverCalls) -> None:
+        self.plan = plan
+        self.lowered = lowered
+        self.specs = specs
+        self.driver_calls = driver_calls
+        self.seed = int(plan.train.get("seed", 0))
+        generate = generate_call(plan)
+        if generate is None:
+            raise ValueError("the step has no `generate` call")
+        self.generate = generate
+        self.rollout_role = plan.role(generate.target)
+        self.n = int(self.rollout_role.config.get("n") or 1)
+        temperature = float(self.rollout_role.config.get("temperature", 1.0))
+        self.temperature = temperature if temperature > 0 else 1.0  # log-probs of greedy samples: T = 1
+        self.sampling = {key: self.rollout_role.config[key]
+                         for key in ("temperature", "top_p", "top_k", "max_new_tokens") if key in self.rollout_role.config}
+        self.responses_field = generate.outputs[0][1]
+
+    # --- weight sync ---
+
+    def sync_weights(self) -> float:
+        """Every sync edge, trained role -> rollout; seconds spent (0 for an in-place rollout)."""
+        start = time.perf_counter()
+        copies = [(source, target) for source, target in self.plan.syncs if self.specs[target].worker != "alias"]
+        if not copies:
+            return 0.0  # every rollout generates with its source's own module: nothing moves
+        for source, target in copies:
+            with ray_errors():
+                state = self.lowered.groups[source].members[0]  # replicas of a trained role hold the same weights
+                state_ref, _ = state.handle.call.options(num_returns=2).remote(source, "state_dict")
+                pending = self.lowered.groups[target].broadcast("load_state_dict", state_ref)  # put once, read by all
+                ray.get(pending.refs())
+        return time.perf_counter() - start
+
+    # --- one step ---
+
+    def run(self, step: int, prompts: list[dict[str, Any]]) -> StepResult:
+        result = StepResult()
+        fields = Fields({"prompts": prompts})
+        for stage in self.plan.schedule:
+            calls = [self.plan.call(call_id) for call_id in stage.calls]
+            # --- role calls start first and run in their processes while the driver does its part
+            with ray_errors():
+                launched = [(call, self._launch(call, step, fields)) for call in calls if call.kind == "role"]
+            for call in calls:
+                if call.kind != "role":
+                    self._run_on_driver(call, step, fields, result)
+            # --- then the stage is awaited as a whole
+            with ray_errors():
+                ray.wait([r for _, p in launched for r in p.refs()], num_returns=sum(len(p.refs()) for _, p in launched))
+                for call, pending in launched:
+                    _add(result.timing, timing_name(call), pending.seconds())
+                    value = pending.result()
+                    if call.method == "update":
+                        result.metrics.update(ray.get(value) if isinstance(value, ray.ObjectRef) else value)
+                    for _, name in call.outputs:
+                        fields.set(name, value)
+
+        rollout = fields.local(self.responses_field)
+        for call in self.plan.calls:  # values live in a process: fetch them if no driver call did
+            if call.kind == "role" and call.method == "values" and "values" not in fields.semantic:
+                fields.semantic["values"] = fields.local(call.outputs[0][1])
+        result.metrics.update(batch_metrics(rollout, fields.semantic))
+        result.metrics["perf/total_num_tokens"] = int(rollout.attention_mask.sum())
+        return result
+
+    def _run_on_driver(self, call: CallPlan, step: int, fields: Fields, result: StepResult) -> None:
+        start = time.perf_counter()
+        inputs = {port: fields.local(name) for port, name in call.inputs}
+        outputs, metrics = self.driver_calls.run(call, inputs, fields.local(self.responses_field), f"step {step}")
+        _add(result.timing, timing_name(call), time.perf_counter() - start)
+        result.metrics.update(metrics)
+        for port, name in call.outputs:
+            fields.set(name, outputs[port], port)
+        for port, name in call.inputs:
+            if port in _SEMANTIC_PORTS:
+                fields.semantic.setdefault(port, inputs[port])
+
+    def _launch(self, call: CallPlan, step: int, fields: Fields) -> Pending:
+        group = self.lowered.groups[call.target]
+        role = self.plan.role(call.target)
+        micro_batch = role.config.get("micro_batch")
+        ports = dict(call.inputs)
+        kw = call.kwargs
+        as_arg = fields.arg
+        rollout = as_arg(self.responses_field) if call.method != "generate" else None
+
+        if call.method == "generate":
+            prompts = fields.local(ports["prompts"])
+            k = len(group)
+            if len(prompts) % k:
+                raise RunError(f"a batch of {len(prompts)} prompts cannot be split evenly between the {k} replicas "
+                               f"of `{call.target}`; make data.batch_size a multiple of {k}")
+            size = len(prompts) // k
+            per_replica = [
+                ((prompts[i * size : (i + 1) * size], self.n),
+                 {**self.sampling, "seed": derive_seed(self.seed, step, f"generate/{i}"), "uid_offset": i * size})
+                for i in range(k)
+            ]
+            return group.call_each("generate", per_replica)
+        if call.method == "log_prob":
+            return group.call("log_prob", rollout, micro_batch_size=micro_batch, temperature=self.temperature)
+        if call.method == "values":
+            return group.call("values", rollout, micro_batch_size=micro_batch)
+        if call.method == "update":
+            common = {
+                "epochs": kw.get("epochs", 1),
+                "mini_batch_size": self._mini_batch(kw.get("minibatch"), len(group)),
+                "micro_batch_size": micro_batch,
+                "shuffle_seed": derive_seed(self.seed, step, f"update/{call.target}"),
+            }
+            if call.role_kind == "actor":
+                args = [rollout, as_arg(ports["old_log_prob"]), as_arg(ports["advantages"])]
+                if ports.get("ref_log_prob"):
+                    args.append(as_arg(ports["ref_log_prob"]))
+                return group.call("update", *args, **common, temperature=self.temperature)
+            return group.call("update", rollout, as_arg(ports["values"]), as_arg(ports["returns"]),
+                              **common, cliprange_value=kw.get("clip", 0.5), loss_agg=kw.get("loss_agg", "token-mean"))
+        raise ValueError(f"the runtime has no implementation of `{call.label}` ({call.role_kind}.{call.method})")
+
+    def _mini_batch(self, minibatch_prompts: int | None, replicas: int) -> int | None:
+        """Mini-batches are given in prompts (verl's ppo_mini_batch_size): samples = prompts x n, per replica."""
+        if not minibatch_prompts:
+            return None
+        return max(minibatch_prompts * self.n // replicas, 1)
+
+
+def _add(timing: dict[str, float], name: str, seconds: float) -> None:
+    timing[name] = timing.get(name, 0.0) + seconds

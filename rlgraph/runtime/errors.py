@@ -1,0 +1,43 @@
+"""Errors a user can act on. `rlgraph run` prints their message (no traceback) and exits 1.
+
+Every one of them says what failed, where, and what to do about it; anything else that escapes the
+runtime is a bug in rlgraph and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class RunError(Exception):
+    """A run cannot start or cannot go on; the message is for the user."""
+
+
+class PreflightError(RunError):
+    """Found before any worker starts: a model, a data file or a reward function that cannot be used."""
+
+
+class PlacementError(RunError):
+    """The cluster cannot host a pool: it does not fit, or its placement group did not come up in time."""
+
+
+class WorkerError(RunError):
+    """An exception inside a worker, with where it happened and the worker's own traceback.
+
+    Raised in the worker process (DeviceProcess) and carried to the driver by Ray; the args are plain
+    strings and ints so it pickles as is.
+    """
+
+    def __init__(self, role: str, replica: int, node: str, process: str, action: str, error: str, traceback: str) -> None:
+        super().__init__(role, replica, node, process, action, error, traceback)
+        self.role, self.replica, self.node, self.process = role, replica, node, process
+        self.action, self.error, self.traceback = action, error, traceback
+
+    def __str__(self) -> str:
+        where = f"role `{self.role}` (replica {self.replica}, node {self.node}, process {self.process})"
+        return (
+            f"{where} failed in {self.action}: {self.error}\n\n"
+            f"The worker's traceback:\n{self.traceback.rstrip()}"
+        )
+
+
+class ProcessDiedError(RunError):
+    """A worker process died (killed for memory, a crash in native code) rather than raising."""

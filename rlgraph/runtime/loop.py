@@ -1,0 +1,327 @@
+"""The training loop: `run_plan(plan, run_dir)` pre-flights, starts Ray, lowers the plan and trains.
+
+    for step in start+1 .. steps:
+        sync weights (trained role -> rollout)
+        run the step's schedule on a batch of prompts (driver.py)
+        validate every k steps (and before the first step and after the last)
+        checkpoint every k steps (and after the last)
+        one line of metrics.jsonl
+
+A run directory that holds a checkpoint is resumed from its latest one unless `resume=False`;
+a resumed run ends with the same weights as one that never stopped (same seed, same machine).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+
+from rlgraph.plan.model import Plan
+from rlgraph.runtime import checkpoint as ckpt
+from rlgraph.runtime.cluster import ray_cluster
+from rlgraph.runtime.console import RunConsole
+from rlgraph.runtime.driver import StepDriver, derive_seed, ray_errors
+from rlgraph.runtime.errors import RunError
+from rlgraph.runtime.lowering import DEFAULT_PLACEMENT_TIMEOUT_S, Lowered, lower
+from rlgraph.runtime.metrics import METRICS_FILE, MetricsWriter, plot_curves, read_metrics
+from rlgraph.runtime.preflight import Prepared, preflight
+from rlgraph.runtime.process import rng_state, set_rng_state
+from rlgraph.runtime.roles import WorkerSpec, generate_call, sync_source, worker_specs
+from rlgraph.runtime.transforms import DriverCalls, score
+
+TRAINED_KINDS = ("actor", "critic")
+PLACEMENT_TIMEOUT_ENV = "RLGRAPH_PLACEMENT_TIMEOUT_S"  # seconds to wait for a pool's devices (default 60)
+
+# torchdata's StatefulDataLoader calls a deprecated torch API on every new iterator; not the user's concern
+warnings.filterwarnings("ignore", message=".*set_vital.*is deprecated")
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    start_step: int  # the step the run started after (0, or the checkpoint it resumed from)
+    steps: int  # the last step done
+    wall_time_s: float
+    val_start: float | None  # val/score/mean before training (from metrics.jsonl on a resume)
+    val_end: float | None
+    checkpoint: Path | None  # the newest checkpoint
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def run_plan(
+    plan: Plan,
+    run_dir: str | Path,
+    address: str | None = None,
+    resume: bool = True,
+    *,
+    console: RunConsole | None = None,
+    placement_timeout_s: float | None = None,
+) -> RunResult:
+    """Train `plan`, writing into `run_dir`. Raises a RunError subclass on anything a user can fix.
+
+    An existing Ray connection in this process is used as is (and left running); otherwise see
+    `rlgraph.runtime.cluster`.
+    """
+    started = time.perf_counter()
+    console = console or RunConsole(enabled=False)
+    run_dir = Path(run_dir).resolve()  # processes write checkpoints here, whatever their working directory
+    run_dir.mkdir(parents=True, exist_ok=True)
+    starting_locally = not (address or os.environ.get("RAY_ADDRESS")) and not (
+        "ray" in sys.modules and ray.is_initialized())
+    prepared = preflight(plan, starting_locally=starting_locally)
+    for note in prepared.notes:
+        console.log(f"[yellow]note[/]: {note}")
+
+    resume_from = ckpt.latest_checkpoint(run_dir) if resume else None
+    if not resume:
+        removed = ckpt.remove_all(run_dir)
+        if removed:
+            console.log(f"starting fresh: removed {removed} checkpoint(s) of an earlier run in {run_dir}")
+    total = int(plan.train.get("steps", 1))
+    if resume_from is not None and resume_from.step >= total:
+        console.log(f"{run_dir} is already trained to step {resume_from.step} (train.steps = {total}); nothing to do. "
+                    "Raise train.steps to go on, or pass --no-resume to start over.")
+        records = read_metrics(run_dir / METRICS_FILE)
+        return RunResult(run_dir, resume_from.step, resume_from.step, time.perf_counter() - started,
+                         _first(records, "val/score/mean"), _last(records, "val/score/mean"), resume_from.path, records)
+    if resume_from is not None:
+        console.log(f"resuming from {resume_from.path} (step {resume_from.step})")
+
+    model_paths = dict(prepared.model_paths)
+    if resume_from is not None:
+        for role in plan.roles:
+            if role.kind in TRAINED_KINDS:
+                model_paths[role.name] = str(resume_from.model_dir(role.name))
+    specs = worker_specs(plan, model_paths)
+
+    with ray_cluster(plan, address) as cluster:
+        lowered = Lowered()
+        try:
+            console.log(f"ray: {cluster.mode} ({cluster.address}); starting {len(plan.processes())} process(es)")
+            timeout_s = placement_timeout_s or float(os.environ.get(PLACEMENT_TIMEOUT_ENV) or DEFAULT_PLACEMENT_TIMEOUT_S)
+            with ray_errors():
+                lower(plan, specs, lowered, timeout_s=timeout_s)
+            trainer = Trainer(plan, lowered, specs, prepared, run_dir, console)
+            if resume_from is not None:
+                trainer.restore(resume_from)
+            return trainer.fit(started)
+        finally:
+            console.stop()
+            lowered.shutdown()
+
+
+class Trainer:
+    def __init__(self, plan: Plan, lowered: Lowered, specs: dict[str, WorkerSpec], prepared: Prepared,
+                 run_dir: Path, console: RunConsole) -> None:
+        from rlgraph.data import make_dataloader
+
+        self.plan, self.lowered, self.specs, self.prepared = plan, lowered, specs, prepared
+        self.run_dir, self.console = run_dir, console
+        self.train_cfg = plan.train
+        self.seed = int(plan.train.get("seed", 0))
+        self.driver_calls = DriverCalls(plan, prepared.rewards)
+        self.driver = StepDriver(plan, lowered, specs, self.driver_calls)
+        self.loader = make_dataloader(prepared.train, int(plan.data["batch_size"]), self.seed,
+                                      shuffle=bool(plan.data.get("shuffle", True)))
+        self.step = 0
+        self.resumed = False
+        # validation: the policy that the rollout samples from, generating in its own process
+        generate = generate_call(plan)
+        self.policy_role = sync_source(plan, generate.target) or next(r.name for r in plan.roles if r.kind == "actor")
+        reward_calls = [c for c in plan.calls if c.kind == "reward"]
+        self.val_reward_name = reward_calls[0].target if reward_calls else None
+        self.val_reward = prepared.rewards[self.val_reward_name] if reward_calls else None
+        self.n_devices = sum(p.nodes * p.devices_per_node for p in plan.pools
+                             if any(pl.pool == p.name for pl in plan.placements))
+
+    # --- resume ---
+
+    def restore(self, checkpoint: ckpt.Checkpoint) -> None:
+        state = checkpoint.trainer_state()
+        self.step = int(state["step"])
+        try:
+            self.loader.load_state_dict(state["dataloader"])
+        except ValueError as err:  # another data set, filter or seed than the checkpoint's
+            raise RunError(f"cannot resume from {checkpoint.path}: {err}; or pass --no-resume to start over") from None
+        self.driver_calls.load_state_dict(state.get("kl", {}))
+        set_rng_state(torch.load(checkpoint.rng_file("driver"), weights_only=True))
+        refs = []
+        for process, handle in self.lowered.processes.items():
+            file = checkpoint.rng_file(process)
+            if file.is_file():
+                refs.append(handle.set_rng_state.remote(torch.load(file, weights_only=True)))
+        for role in self._trained_roles():
+            for member in self.lowered.groups[role].members:
+                refs.append(member.handle.load_optimizer.remote(role, str(checkpoint.optimizer_file(role))))
+        with ray_errors():
+            ray.get(refs)
+        self.resumed = True
+
+    # --- the loop ---
+
+    def fit(self, started: float) -> RunResult:
+        total = int(self.train_cfg.get("steps", 1))
+        validate_every = int(self.train_cfg.get("validate_every") or 0)
+        checkpoint_every = int(self.train_cfg.get("checkpoint_every") or 0)
+        keep = int(self.train_cfg.get("keep_checkpoints") or 2)
+        start_step = self.step
+        writer = MetricsWriter(self.run_dir, keep_up_to_step=start_step if self.resumed else None)
+        last_val = _last(writer.records, "val/score/mean")
+        last_checkpoint = ckpt.latest_checkpoint(self.run_dir)
+
+        if start_step == 0:
+            val = self.validate(0)
+            writer.write({"training/global_step": 0, **val})
+            last_val = val.get("val/score/mean", last_val)
+        self.console.start(total, start_step)
+        self.console.update(start_step, _last(writer.records, "critic/score/mean"), last_val)
+        data = iter(self.loader)
+        try:
+            while self.step < total:
+                self.step += 1
+                step = self.step
+                # --- one step
+                t0 = time.perf_counter()
+                batch = next(data)
+                prompts = [dict(zip(batch, values)) for values in zip(*batch.values())]
+                update_weights = self.driver.sync_weights()
+                result = self.driver.run(step, prompts)
+                step_time = time.perf_counter() - t0
+                record: dict[str, Any] = {"training/global_step": step, "training/epoch": self.loader.epoch}
+                record.update(result.metrics)
+                record.update({f"timing_s/{name}": seconds for name, seconds in result.timing.items()})
+                record["timing_s/update_weights"] = update_weights
+                record["timing_s/step"] = step_time
+                record["perf/time_per_step"] = step_time
+                record["perf/throughput"] = result.metrics["perf/total_num_tokens"] / (step_time * max(self.n_devices, 1))
+                # --- validate, checkpoint
+                if step == total or (validate_every and step % validate_every == 0):
+                    t = time.perf_counter()
+                    val = self.validate(step)
+                    record.update(val)
+                    record["timing_s/testing"] = time.perf_counter() - t
+                    last_val = val.get("val/score/mean", last_val)
+                if step == total or (checkpoint_every and step % checkpoint_every == 0):
+                    t = time.perf_counter()
+                    last_checkpoint = self.save(step, keep, record)
+                    record["timing_s/save_checkpoint"] = time.perf_counter() - t
+                writer.write(record)
+                self.console.update(step, record.get("critic/score/mean"), last_val)
+        finally:
+            self.console.stop()
+            writer.close()
+
+        records = writer.records
+        wall = time.perf_counter() - started
+        plot_curves(records, self.run_dir / "curves.png")
+        result = RunResult(self.run_dir, start_step, self.step, wall, _first(records, "val/score/mean"),
+                           _last(records, "val/score/mean"), last_checkpoint.path if last_checkpoint else None, records)
+        self._summary(result)
+        return result
+
+    # --- validation ---
+
+    def validate(self, step: int) -> dict[str, float]:
+        """val/score/mean: greedy answers of the policy, scored by the step's reward; with val_samples
+        N > 1 also val/score/mean@N and best@N of N sampled answers per prompt."""
+        if self.prepared.val is None or self.val_reward is None:
+            return {}
+        items = list(self.prepared.val)
+        chunk = int(self.plan.data.get("val_batch_size") or 256)
+        handle = self.lowered.process_of(self.policy_role)
+        sampling = self.driver.sampling
+        max_new_tokens = int(sampling.get("max_new_tokens", 32))
+        greedy = [handle.call.remote(self.policy_role, "generate", items[i : i + chunk], 1,
+                                     do_sample=False, max_new_tokens=max_new_tokens, seed=0)
+                  for i in range(0, len(items), chunk)]
+        n = int(self.train_cfg.get("val_samples") or 1)
+        sampled = []
+        if n > 1:
+            sampled = [handle.call.remote(self.policy_role, "generate", items[i : i + chunk], n,
+                                          seed=derive_seed(self.seed, step, f"val/{i}"), **sampling)
+                       for i in range(0, len(items), chunk)]
+        with ray_errors():
+            greedy_rollouts = [r for r, _ in ray.get(greedy)]
+            sampled_rollouts = [r for r, _ in ray.get(sampled)]
+        when = f"validation at step {step}"
+        scores = torch.cat([score(self.val_reward_name, self.val_reward, r, when).sum(-1) for r in greedy_rollouts])
+        metrics = {"val/score/mean": scores.mean().item()}  # (prompts,) -> mean
+        if n > 1:
+            sampled_scores = torch.cat([score(self.val_reward_name, self.val_reward, r, when).sum(-1)
+                                        for r in sampled_rollouts]).view(-1, n)  # (prompts, n)
+            metrics[f"val/score/mean@{n}"] = sampled_scores.mean().item()
+            metrics[f"val/score/best@{n}"] = sampled_scores.max(dim=1).values.mean().item()
+        return metrics
+
+    # --- checkpoints ---
+
+    def _trained_roles(self) -> list[str]:
+        return [r.name for r in self.plan.roles if r.kind in TRAINED_KINDS]
+
+    def save(self, step: int, keep: int, record: dict[str, Any]) -> ckpt.Checkpoint:
+        writer = ckpt.CheckpointWriter(self.run_dir, step)
+        try:
+            refs = []
+            for role in self._trained_roles():
+                member = self.lowered.groups[role].members[0]  # replicas of a trained role hold the same weights
+                refs.append(member.handle.save.remote(role, str(writer.staging.model_dir(role)),
+                                                      str(writer.staging.optimizer_file(role))))
+            rng_refs = {process: handle.rng_state.remote() for process, handle in self.lowered.processes.items()}
+            with ray_errors():
+                ray.get(refs)
+                for process, ref in rng_refs.items():
+                    writer.save_tensors(writer.staging.rng_file(process).relative_to(writer.tmp), ray.get(ref))
+            writer.save_tensors(writer.staging.rng_file("driver").relative_to(writer.tmp), rng_state())
+            writer.save_tensors(ckpt.TRAINER_STATE, {
+                "step": step,
+                "seed": self.seed,
+                "dataloader": self.loader.state_dict(),
+                "kl": self.driver_calls.state_dict(),
+            })
+            writer.save_json("meta.json", {
+                "step": step,
+                "spec": self.plan.spec,
+                "saved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "models": {role: f"{role}/" for role in self._trained_roles()},
+                "metrics": {k: v for k, v in record.items() if isinstance(v, (int, float))},
+            })
+            return writer.publish(keep)
+        except BaseException:
+            writer.abandon()
+            raise
+
+    def _summary(self, result: RunResult) -> None:
+        def fmt(value: float | None) -> str:
+            return "-" if value is None else f"{value:.3f}"
+
+        records = result.records
+        rows = [
+            ("val accuracy (val/score/mean)", fmt(result.val_start), fmt(result.val_end)),
+            ("reward (critic/score/mean)", fmt(_first(records, "critic/score/mean")), fmt(_last(records, "critic/score/mean"))),
+            ("steps", str(result.start_step), str(result.steps)),
+            ("wall time", "", f"{result.wall_time_s:.1f} s"),
+        ]
+        times = [r["perf/time_per_step"] for r in records if r.get("perf/time_per_step") is not None]
+        if times:
+            rows.append(("time per step (mean)", "", f"{sum(times) / len(times):.3f} s"))
+        self.console.summary(rows, title=f"run {result.run_dir}")
+        if result.checkpoint:
+            self.console.log(f"checkpoint: {result.checkpoint}")
+        self.console.log(f"metrics: {result.run_dir / 'metrics.jsonl'}; curves: {result.run_dir / 'curves.png'}")
+
+
+def _first(records: list[dict[str, Any]], key: str) -> float | None:
+    return next((r[key] for r in records if r.get(key) is not None), None)
+
+
+def _last(records: list[dict[str, Any]], key: str) -> float | None:
+    return next((r[key] for r in reversed(records) if r.get(key) is not None), None)
+

@@ -1,0 +1,187 @@
+"""Lowering: join what runs (WorkerSpecs) with where it runs (Placements) into Ray actors.
+
+One placement group per (pool, node), STRICT_PACK, one bundle per device ({"CPU": 1} on a cpu pool,
+{"GPU": 1, "CPU": 1} on a gpu pool). One `DeviceProcess` actor per process of the plan, pinned to
+the bundle of its first device. `lower` is the only place that calls
+`ray.remote(...).options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, bundle))`.
+
+Ray leaves a placement group that does not fit pending for ever, so the fit is checked first, per
+node, and every wait has a timeout whose error names the pool, the node and what the cluster has.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from rlgraph.plan.model import Plan, PoolPlan
+from rlgraph.runtime.errors import PlacementError
+from rlgraph.runtime.group import Member, WorkerGroup
+from rlgraph.runtime.process import DeviceProcess, HostedRole
+from rlgraph.runtime.roles import WorkerSpec
+
+DEFAULT_PLACEMENT_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ProcessPlacement:
+    """Where one process runs."""
+
+    process: str
+    pool: str
+    node: int
+    bundle: int  # the device index on the node
+    hosted: tuple[tuple[str, int], ...]  # (role, replica)
+
+
+@dataclass
+class Lowered:
+    """The live Ray side of a run: placement groups, processes, and a group per role."""
+
+    placement_groups: dict[tuple[str, int], Any] = field(default_factory=dict)
+    processes: dict[str, Any] = field(default_factory=dict)  # process id -> DeviceProcess handle
+    info: dict[str, dict] = field(default_factory=dict)  # process id -> what setup() reported
+    groups: dict[str, WorkerGroup] = field(default_factory=dict)
+
+    def process_of(self, role: str, replica: int = 0) -> Any:
+        return next(m.handle for m in self.groups[role].members if m.replica == replica)
+
+    def shutdown(self) -> None:
+        """Kill our actors and remove our placement groups; nothing else on the cluster is touched."""
+        for handle in self.processes.values():
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
+        for pg in self.placement_groups.values():
+            with contextlib.suppress(Exception):
+                remove_placement_group(pg)
+        self.processes.clear()
+        self.placement_groups.clear()
+
+
+def process_placements(plan: Plan) -> dict[str, ProcessPlacement]:
+    out = {}
+    for process, rows in plan.processes().items():
+        first = rows[0]
+        out[process] = ProcessPlacement(process, first.pool, first.node, first.device,
+                                        tuple((p.role, p.replica) for p in rows))
+    return out
+
+
+def bundle_of(pool: PoolPlan) -> dict[str, float]:
+    return {"GPU": 1.0, "CPU": 1.0} if pool.device == "gpu" else {"CPU": 1.0}
+
+
+def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout_s: float = DEFAULT_PLACEMENT_TIMEOUT_S) -> Lowered:
+    """Reserve the devices, start one process per device, build the workers in them.
+
+    Fills `lowered` as it goes, so the caller can tear down whatever was made if a step fails.
+    """
+    where = process_placements(plan)
+    pools = {p.name: p for p in plan.pools}
+    used = sorted({(w.pool, w.node) for w in where.values()})
+    check_fit(pools, used)
+
+    # --- reserve: every placement group is requested before waiting on any
+    for pool_name, node in used:
+        pool = pools[pool_name]
+        lowered.placement_groups[(pool_name, node)] = placement_group(
+            [bundle_of(pool)] * pool.devices_per_node, strategy="STRICT_PACK",
+        )
+    for (pool_name, node), pg in lowered.placement_groups.items():
+        if not pg.wait(timeout_s):
+            raise PlacementError(
+                f"pool `{pool_name}` node {node}: its {pools[pool_name].devices_per_node} "
+                f"{pools[pool_name].device} device(s) were not granted within {timeout_s:.0f} s. "
+                f"The cluster has {_resources(ray.cluster_resources())} in total, "
+                f"{_resources(ray.available_resources())} free now. Free the devices, make the pool "
+                "smaller, or point --address at a larger cluster."
+            )
+
+    # --- start: one DeviceProcess per device, pinned to its bundle
+    remote = ray.remote(DeviceProcess)
+    for process, w in where.items():
+        pool = pools[w.pool]
+        options = {
+            "num_cpus": 1,
+            "num_gpus": 1 if pool.device == "gpu" else 0,
+            "max_restarts": 0,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                lowered.placement_groups[(w.pool, w.node)], placement_group_bundle_index=w.bundle,
+            ),
+        }
+        hosted = [HostedRole(specs[role], replica) for role, replica in w.hosted]
+        num_threads = int(bundle_of(pool)["CPU"])  # torch threads = the CPUs the bundle reserves
+        lowered.processes[process] = remote.options(**options).remote(process, w.node, hosted, num_threads)
+
+    # --- build the workers, all processes at once
+    setups = {process: handle.setup.remote() for process, handle in lowered.processes.items()}
+    for process, ref in setups.items():
+        lowered.info[process] = ray.get(ref)
+
+    roles = {r.name: r for r in plan.roles}
+    for role in roles:
+        members = [Member(lowered.processes[p.process], p.replica, p.process) for p in plan.placements_of(role)]
+        lowered.groups[role] = WorkerGroup(role, roles[role].kind, members)
+    join_data_parallel_groups(plan, lowered, pools, timeout_s)
+    return lowered
+
+
+def data_parallel_groups(plan: Plan) -> list[tuple[str, ...]]:
+    """The processes of each trained role with several replicas, in rank (= replica) order.
+
+    torch.distributed has one default group per process, so the trained roles a process hosts must
+    agree on it: colocated roles share their root's processes and replica numbers, so they do.
+    """
+    groups: dict[tuple[str, ...], str] = {}
+    member_of: dict[str, tuple[str, ...]] = {}
+    for role in plan.roles:
+        rows = plan.placements_of(role.name)
+        if role.kind not in ("actor", "critic") or len(rows) < 2:
+            continue
+        group = tuple(p.process for p in rows)
+        for process in group:
+            if member_of.get(process, group) != group:
+                raise PlacementError(
+                    f"process {process} hosts replicas of two trained roles with different data-parallel groups "
+                    f"(`{groups[member_of[process]]}` and `{role.name}`); give them the same replicas or separate pools"
+                )
+            member_of[process] = group
+        groups.setdefault(group, role.name)
+    return list(groups)
+
+
+def join_data_parallel_groups(plan: Plan, lowered: Lowered, pools: dict[str, PoolPlan], timeout_s: float) -> None:
+    """Start one gloo (cpu) / nccl (gpu) group per set of trained replicas; rank 0 hosts the rendezvous."""
+    device_of = {p.process: pools[p.pool].device for p in plan.placements}
+    for group in data_parallel_groups(plan):
+        master = lowered.processes[group[0]]
+        address = lowered.info[group[0]]["node_ip"]
+        port = ray.get(master.free_port.remote())
+        backend = "nccl" if device_of[group[0]] == "gpu" else "gloo"
+        ray.get([lowered.processes[process].init_data_parallel.remote(
+            backend, f"tcp://{address}:{port}", rank, len(group), timeout_s) for rank, process in enumerate(group)])
+
+
+def check_fit(pools: dict[str, PoolPlan], used: list[tuple[str, int]]) -> None:
+    """Fail at once, with a hint, when no alive node could ever hold a pool node's bundles."""
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    for pool_name, node in used:
+        pool = pools[pool_name]
+        need = {k: v * pool.devices_per_node for k, v in bundle_of(pool).items()}
+        if not any(all(res.get(k, 0) >= v for k, v in need.items()) for res in nodes):
+            have = "; ".join(_resources(res) for res in nodes) or "no alive nodes"
+            raise PlacementError(
+                f"pool `{pool_name}` node {node} needs {_resources(need)} on one machine, but no node of the "
+                f"cluster has that (nodes: {have}). Lower `devices_per_node` of pool `{pool_name}`, or point "
+                "--address at a cluster whose nodes are large enough."
+            )
+
+
+def _resources(res: dict[str, float]) -> str:
+    keys = [k for k in ("CPU", "GPU") if res.get(k)]
+    return ", ".join(f"{res[k]:g} {k}" for k in keys) or "nothing"

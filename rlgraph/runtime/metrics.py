@@ -1,0 +1,157 @@
+"""Metrics named as verl names them, written to metrics.jsonl (one object per step) and TensorBoard.
+
+TensorBoard gets them only when the `tensorboard` package is installed; metrics.jsonl always.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlgraph.plan.model import CallPlan
+
+METRICS_FILE = "metrics.jsonl"
+
+# (role kind, method) -> verl's timing name
+_ROLE_TIMING = {
+    ("rollout", "generate"): "gen",
+    ("actor", "log_prob"): "old_log_prob",
+    ("ref", "log_prob"): "ref",
+    ("critic", "values"): "values",
+    ("critic", "update"): "update_critic",
+    ("actor", "update"): "update_actor",
+    ("reward_model", "score"): "reward",
+}
+
+
+def timing_name(call: CallPlan) -> str:
+    """verl's `timing_s/...` name of a call: generate->gen, reward->reward, transforms->adv, ..."""
+    if call.kind == "reward":
+        return "reward"
+    if call.kind == "transform":
+        return "adv"
+    return _ROLE_TIMING.get((call.role_kind, call.method), f"{call.role_kind}_{call.method}")
+
+
+def _masked_stats(name: str, values: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    valid = values[mask.bool()]
+    if valid.numel() == 0:
+        return {}
+    return {f"{name}/mean": valid.float().mean().item(), f"{name}/max": valid.max().item(), f"{name}/min": valid.min().item()}
+
+
+def _stats(name: str, values: torch.Tensor) -> dict[str, float]:
+    values = values.float()
+    return {f"{name}/mean": values.mean().item(), f"{name}/max": values.max().item(), f"{name}/min": values.min().item()}
+
+
+def batch_metrics(rollout: Any, semantic: dict[str, torch.Tensor]) -> dict[str, float]:
+    """verl's data metrics: sequence scores and rewards, advantages, returns and values over response
+    tokens, response and prompt lengths. `semantic` holds the step's tensors by port meaning."""
+    mask = rollout.response_mask  # (batch, R)
+    metrics: dict[str, float] = {}
+    if "scores" in semantic:
+        metrics |= _stats("critic/score", semantic["scores"].sum(-1))
+    rewards = semantic.get("rewards", semantic.get("scores"))
+    if rewards is not None:
+        metrics |= _stats("critic/rewards", rewards.sum(-1))
+    for name in ("advantages", "returns", "values"):
+        if name in semantic:
+            metrics |= _masked_stats(f"critic/{name}", semantic[name], mask)
+    response_length = mask.sum(-1).float()  # (batch,)
+    prompt_length = rollout.attention_mask[:, : rollout.prompt_length].sum(-1).float()
+    metrics |= _stats("response_length", response_length)
+    metrics["response_length/clip_ratio"] = (response_length == rollout.response_length).float().mean().item()
+    metrics |= _stats("prompt_length", prompt_length)
+    return metrics
+
+
+class MetricsWriter:
+    """Appends one JSON object per step to metrics.jsonl; mirrors scalars to TensorBoard if installed."""
+
+    def __init__(self, run_dir: Path, keep_up_to_step: int | None) -> None:
+        self.path = run_dir / METRICS_FILE
+        self.records = read_metrics(self.path)
+        # A resumed run rewrites the steps after its checkpoint; a fresh one starts an empty file.
+        self.records = [r for r in self.records if keep_up_to_step is not None and r.get("training/global_step", 0) <= keep_up_to_step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
+        self.tensorboard = _tensorboard_writer(run_dir)
+
+    def write(self, record: dict[str, Any]) -> None:
+        record = {k: _plain(v) for k, v in record.items()}
+        self.records.append(record)
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None:
+            step = int(record.get("training/global_step", 0))
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "training/global_step":
+                    self.tensorboard.add_scalar(key, value, step)
+            self.tensorboard.flush()
+
+    def close(self) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut short by a crash
+            continue
+    return records
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _tensorboard_writer(run_dir: Path) -> Any:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(str(run_dir / "tensorboard"))
+
+
+def plot_curves(records: list[dict[str, Any]], path: Path) -> Path | None:
+    """curves.png: the training reward and the validation score against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    reward = [(r["training/global_step"], r["critic/score/mean"]) for r in records if r.get("critic/score/mean") is not None]
+    val = [(r["training/global_step"], r["val/score/mean"]) for r in records if r.get("val/score/mean") is not None]
+    if not reward and not val:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    if reward:
+        ax.plot(*zip(*reward), label="reward (critic/score/mean)", color="tab:blue", alpha=0.8)
+    if val:
+        ax.plot(*zip(*val), label="validation (val/score/mean)", color="tab:orange", marker="o")
+    ax.set_xlabel("step")
+    ax.set_ylabel("score")
+    ax.set_ylim(-0.02, 1.02) if all(0 <= y <= 1 for _, y in reward + val) else None
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,149 @@
+"""Pre-flight: everything that can fail before a worker starts, checked before Ray starts.
+
+A model path that does not resolve, a data file that does not load (DataError names the file and
+row), a reward function that does not import, a feature the runtime does not have yet: each is a
+`PreflightError` with a one-paragraph message. What passes is handed to the run (`Prepared`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlgraph.plan.model import Plan
+from rlgraph.runtime.errors import PreflightError
+from rlgraph.runtime.roles import SUPPORTED_KINDS, generate_call, worker_specs
+
+
+@dataclass
+class Prepared:
+    model_paths: dict[str, str]  # role -> resolved local folder
+    tokenizer: Any
+    train: Any  # RLDataset
+    val: Any | None  # RLDataset
+    rewards: dict[str, Any]  # reward name -> RuleReward
+    notes: list[str] = field(default_factory=list)  # things worth a line on the console
+
+
+def preflight(plan: Plan, *, starting_locally: bool) -> Prepared:
+    _check_supported(plan, starting_locally)
+    model_paths = _resolve_models(plan)
+    rewards = _load_rewards(plan)
+    tokenizer = _tokenizer(plan, model_paths)
+    notes: list[str] = []
+    train = _dataset(plan, "train", tokenizer, notes)
+    val = _dataset(plan, "val", tokenizer, notes) if plan.data.get("val") else None
+    batch_size = int(plan.data["batch_size"])
+    if len(train) < batch_size:
+        raise PreflightError(
+            f"data.train has {len(train)} usable prompts, fewer than one batch of data.batch_size = {batch_size}; "
+            "lower the batch size, raise data.max_prompt_length, or add prompts."
+        )
+    return Prepared(model_paths, tokenizer, train, val, rewards, notes)
+
+
+def _check_supported(plan: Plan, starting_locally: bool) -> None:
+    if not plan.ok:
+        raise PreflightError("the plan has errors; run `rlgraph check` on the spec to see them")
+    for role in plan.roles:
+        if role.kind not in SUPPORTED_KINDS:
+            raise PreflightError(
+                f"role `{role.name}` is a {role.kind}; this runtime runs {', '.join(SUPPORTED_KINDS)} roles "
+                "(reward models come later). Use a rule reward (`reward NAME { fn = \"module:function\" }`)."
+            )
+    generates = [c for c in plan.calls if c.kind == "role" and c.method == "generate"]
+    if len(generates) != 1:
+        raise PreflightError(f"the step must generate exactly once; it calls generate {len(generates)} times")
+    if generate_call(plan) and plan.role(generate_call(plan).target).config.get("engine", "hf") != "hf":
+        raise PreflightError(
+            f"role `{generate_call(plan).target}` uses engine = {plan.role(generate_call(plan).target).config['engine']}; "
+            "this runtime generates with engine = hf only."
+        )
+    if starting_locally:
+        gpus = sum(p.nodes * p.devices_per_node for p in plan.pools if p.device == "gpu"
+                   and any(pl.pool == p.name for pl in plan.placements))
+        if gpus:
+            import torch
+
+            have = torch.cuda.device_count()
+            if have < gpus:
+                raise PreflightError(
+                    f"the spec's gpu pools need {gpus} GPU(s) and this machine has {have}; point --address "
+                    "(or RAY_ADDRESS) at a cluster that has them, or use `device = cpu` pools."
+                )
+            if len({p.nodes for p in plan.pools if p.device == "gpu"} - {1}):
+                raise PreflightError("a local run has one node: give every pool `nodes = 1`, or use --address")
+
+
+def _model_path_of(plan: Plan, role_name: str) -> str | None:
+    role = plan.role(role_name)
+    if role.model_path:
+        return role.model_path
+    if role.colocate:
+        return _model_path_of(plan, role.colocate)
+    return None
+
+
+def _resolve_models(plan: Plan) -> dict[str, str]:
+    from rlgraph.models import resolve_model_path
+
+    resolved: dict[str, str] = {}
+    by_path: dict[str, str] = {}
+    for role in plan.roles:
+        path = _model_path_of(plan, role.name)
+        if path is None:
+            continue
+        if path not in by_path:
+            model = f"model `{role.model}`" if role.model else f"the model of role `{role.name}`"
+            try:
+                by_path[path] = str(resolve_model_path(path))
+            except Exception as err:  # ModelNotFoundError, or a built-in whose build failed
+                raise PreflightError(f"{model} (path = {path!r}): {err}") from None
+        resolved[role.name] = by_path[path]
+    specs = worker_specs(plan, resolved)
+    for name, spec in specs.items():
+        if spec.worker != "alias" and name not in resolved:
+            raise PreflightError(f"role `{name}` has no model to load; give it `model = NAME`")
+    return resolved
+
+
+def _load_rewards(plan: Plan) -> dict[str, Any]:
+    from rlgraph.workers import RewardFunctionError, RuleReward
+
+    rewards = {}
+    for name, fn in plan.rewards.items():
+        try:
+            rewards[name] = RuleReward(fn)
+        except RewardFunctionError as err:
+            raise PreflightError(f"reward `{name}`: {err}") from None
+    return rewards
+
+
+def _tokenizer(plan: Plan, model_paths: dict[str, str]) -> Any:
+    from transformers import AutoTokenizer
+
+    generate = generate_call(plan)
+    role = generate.target if generate and generate.target in model_paths else next(iter(model_paths))
+    path = model_paths[role]
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as err:
+        raise PreflightError(f"the tokenizer of role `{role}` does not load from {path}: {type(err).__name__}: {err}") from None
+
+
+def _dataset(plan: Plan, split: str, tokenizer: Any, notes: list[str]) -> Any:
+    from rlgraph.data import DataError, RLDataset, load_rows, resolve_data_path
+
+    name = plan.data[split]
+    try:
+        rows = load_rows(resolve_data_path(name))
+    except DataError as err:
+        raise PreflightError(f"data.{split}: {err}") from None
+    max_len = plan.data.get("max_prompt_length")
+    dataset = RLDataset(rows, tokenizer, max_prompt_length=max_len)
+    if dataset.num_filtered:
+        notes.append(f"data.{split}: {dataset.num_filtered} of {len(rows)} prompts are longer than "
+                     f"max_prompt_length = {max_len} tokens and were left out")
+    if len(dataset) == 0:
+        raise PreflightError(f"data.{split} ({name}): every prompt is longer than max_prompt_length = {max_len} tokens")
+    return dataset

@@ -1,0 +1,195 @@
+"""One process per device, hosting every role placed on it (verl's hybrid engine).
+
+`DeviceProcess` is a plain class; `lowering.py` turns it into a Ray actor pinned to one bundle of a
+placement group. Colocated roles are built side by side in it: a rollout that shares the process of
+the policy that syncs into it generates with that policy's module, so its weight sync is free.
+
+Every method that runs worker code catches the worker's exception and raises a `WorkerError`
+naming the role, replica, node and process, with the worker's own traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlgraph.runtime.errors import WorkerError
+from rlgraph.runtime.roles import WorkerSpec
+
+
+@dataclass(frozen=True)
+class HostedRole:
+    spec: WorkerSpec
+    replica: int
+
+
+class DeviceProcess:
+    """Hosts the workers of the role replicas placed on one device. Build them with `setup()`."""
+
+    def __init__(self, process_id: str, node: int, hosted: list[HostedRole], num_threads: int) -> None:
+        # Cheap on purpose: a failure here would reach the driver as Ray's ActorDiedError, while one in
+        # setup() becomes a WorkerError that names the role.
+        self.process_id = process_id
+        self.node = node
+        self.hosted = {h.spec.role: h for h in hosted}
+        self.num_threads = num_threads
+        self.workers: dict[str, Any] = {}
+        self.node_ip = "?"
+
+    # --- life cycle ---
+
+    def setup(self) -> dict[str, Any]:
+        """Build the workers (policies and critics first, then rollouts that alias them)."""
+        import torch
+
+        torch.set_num_threads(self.num_threads)
+        try:
+            import ray
+
+            self.node_ip = ray.util.get_node_ip_address()
+        except Exception:  # not under Ray (a unit test): the node index is enough
+            pass
+        ordered = sorted(self.hosted.values(), key=lambda h: h.spec.worker == "alias")
+        for hosted in ordered:
+            with self._reporting(hosted.spec.role, "building its worker"):
+                self.workers[hosted.spec.role] = self._build(hosted.spec)
+        return {"process": self.process_id, "node_ip": self.node_ip, "pid": os.getpid()}
+
+    def _build(self, spec: WorkerSpec) -> Any:
+        if spec.worker == "alias":
+            return self.workers[spec.alias_of]
+        kwargs = dict(spec.kwargs)
+        if spec.worker == "policy":
+            from rlgraph.workers import PolicyWorker
+
+            return PolicyWorker(kwargs.pop("model_path"), **kwargs)
+        if spec.worker == "critic":
+            from rlgraph.workers import CriticWorker
+
+            return CriticWorker(kwargs.pop("model_path"), **kwargs)
+        raise ValueError(f"unknown worker {spec.worker!r}")
+
+    # --- data parallel: replicas of trained roles average their gradients (workers/optim.py) ---
+
+    def free_port(self) -> int:
+        """A free TCP port on this node, for the data-parallel group's rendezvous."""
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind((self.node_ip if self.node_ip != "?" else "127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    def init_data_parallel(self, backend: str, init_method: str, rank: int, world_size: int, timeout_s: float) -> None:
+        """Join the torch.distributed group of this process's trained role replicas."""
+        import datetime
+
+        import torch.distributed as dist
+
+        role = next((h.spec.role for h in self.hosted.values() if h.spec.kind in ("actor", "critic")), "?")
+        with self._reporting(role, f"joining its data-parallel group ({backend}, {init_method})"):
+            dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                                    timeout=datetime.timedelta(seconds=timeout_s))
+
+    # --- the one entry point for role calls ---
+
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> tuple[Any, float]:
+        """`method` of `role`'s worker; returns (result, seconds it took in this process)."""
+        with self._reporting(role, f"`{role}.{method}`"):
+            start = time.perf_counter()
+            result = getattr(self.workers[role], method)(*args, **kwargs)
+            return result, time.perf_counter() - start
+
+    # --- checkpoints ---
+
+    def save(self, role: str, model_dir: str, optimizer_file: str | None) -> None:
+        """The role's weights as an HF folder; its optimizer + LR-scheduler state to `optimizer_file`."""
+        import torch
+
+        with self._reporting(role, f"saving a checkpoint to {model_dir}"):
+            worker = self.workers[role]
+            worker.save(model_dir)
+            if optimizer_file is not None and getattr(worker, "optim", None) is not None:
+                Path(optimizer_file).parent.mkdir(parents=True, exist_ok=True)
+                torch.save(worker.optimizer_state(), optimizer_file)
+
+    def load_optimizer(self, role: str, optimizer_file: str) -> None:
+        import torch
+
+        with self._reporting(role, f"loading the optimizer state from {optimizer_file}"):
+            self.workers[role].load_optimizer_state(torch.load(optimizer_file, weights_only=True))
+
+    def rng_state(self) -> dict[str, Any]:
+        return rng_state()
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        set_rng_state(state)
+
+    # --- errors ---
+
+    def _reporting(self, role: str, action: str) -> "_Reporting":
+        hosted = self.hosted.get(role)
+        return _Reporting(role, hosted.replica if hosted else -1, f"{self.node} ({self.node_ip})", self.process_id, action)
+
+
+class _Reporting:
+    """Turns any exception in the block into a WorkerError carrying the worker's traceback."""
+
+    def __init__(self, role: str, replica: int, node: str, process: str, action: str) -> None:
+        self.where = (role, replica, node, process, action)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is None or isinstance(exc, WorkerError):
+            return False
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+        raise WorkerError(*self.where, f"{exc_type.__name__}: {exc}", text) from None
+
+
+# --- RNG state as plain data (torch.load(weights_only=True) reads it back) ---
+
+
+def rng_state() -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    version, internal, gauss = random.getstate()
+    np_state = np.random.get_state(legacy=False)
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": {"version": version, "state": list(internal), "gauss": gauss},
+        "numpy": {
+            "bit_generator": np_state["bit_generator"],
+            "key": torch.from_numpy(np_state["state"]["key"].astype(np.int64)),
+            "pos": int(np_state["state"]["pos"]),
+            "has_gauss": int(np_state["has_gauss"]),
+            "gauss": float(np_state["gauss"]),
+        },
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    python = state["python"]
+    random.setstate((python["version"], tuple(python["state"]), python["gauss"]))
+    numpy = state["numpy"]
+    np.random.set_state({
+        "bit_generator": numpy["bit_generator"],
+        "state": {"key": numpy["key"].numpy().astype(np.uint32), "pos": numpy["pos"]},
+        "has_gauss": numpy["has_gauss"],
+        "gauss": numpy["gauss"],
+    })
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,58 @@
+"""Plans built by hand, for tests that must not depend on the compiler's choices."""
+
+from __future__ import annotations
+
+from rlgraph.plan.model import CallPlan, Placement, Plan, PoolPlan, RolePlan, Stage
+
+ROLLOUT = {"n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 4, "engine": "hf"}
+OPTIM = {"lr": 1e-4, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup_steps": 0, "grad_clip": 1.0}
+
+
+def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollout_replicas: int = 1,
+              model_path: str = "builtin:arith-gpt", steps: int = 2, reward: str = "rlgraph.tasks.arith:exact_match",
+              batch_size: int = 8) -> Plan:
+    """GRPO: actor (`actor_replicas` devices and replicas) with ref colocated; the rollout colocated too
+    (hybrid), or on a pool of its own with `rollout_replicas` devices and replicas."""
+    k = actor_replicas
+    pools = [PoolPlan("main", 1, k, "cpu", None)]
+    placements = [Placement(role, i, "main", 0, i, [i], f"actor/{i}") for role in ("actor", "ref") for i in range(k)]
+    if rollout_pool:
+        pools.append(PoolPlan(rollout_pool, 1, rollout_replicas, "cpu", None))
+        placements += [Placement("rollout", i, rollout_pool, 0, i, [i], f"rollout/{i}") for i in range(rollout_replicas)]
+    else:
+        rollout_replicas = k
+        placements += [Placement("rollout", i, "main", 0, i, [i], f"actor/{i}") for i in range(k)]
+    roles = [
+        RolePlan("actor", "actor", "policy", model_path, k, 1, None, {"optim": OPTIM, "dtype": "fp32", "micro_batch": None}),
+        RolePlan("rollout", "rollout", "policy", model_path, rollout_replicas, 1, None if rollout_pool else "actor", dict(ROLLOUT)),
+        RolePlan("ref", "ref", "policy", model_path, k, 1, "actor", {"dtype": "fp32", "micro_batch": None}),
+    ]
+    calls = [
+        CallPlan("rollout.generate", "rollout.generate", "role", "rollout", "generate", "rollout",
+                 [["prompts", "prompts"]], [["responses", "responses"]], {}, 1),
+        CallPlan("exact", "exact", "reward", "exact", None, None, [["responses", "responses"]], [["scores", "scores"]], {}, 2),
+        CallPlan("actor.log_prob", "actor.log_prob", "role", "actor", "log_prob", "actor",
+                 [["responses", "responses"]], [["log_prob", "old_log_prob"]], {}, 2),
+        CallPlan("ref.log_prob", "ref.log_prob", "role", "ref", "log_prob", "ref",
+                 [["responses", "responses"]], [["ref_log_prob", "ref_log_prob"]], {}, 2),
+        CallPlan("grpo_advantage", "grpo_advantage", "transform", "grpo_advantage", None, None,
+                 [["rewards", "scores"]], [["advantages", "advantages"]], {"epsilon": 1e-6, "norm_by_std": True}, 3),
+        CallPlan("actor.update", "actor.update", "role", "actor", "update", "actor",
+                 [["old_log_prob", "old_log_prob"], ["advantages", "advantages"], ["ref_log_prob", "ref_log_prob"]], [],
+                 {"epochs": 1, "minibatch": None, "loss_agg": "token-mean", "clip": 0.2, "clip_low": None,
+                  "clip_high": None, "clip_c": 3.0, "kl_coef": 0.001, "kl_kind": "low_var_kl", "policy_loss": "vanilla"}, 4),
+    ]
+    schedule = [
+        Stage(1, ["rollout.generate"], False),
+        Stage(2, ["exact", "actor.log_prob", "ref.log_prob"], True),
+        Stage(3, ["grpo_advantage"], False),
+        Stage(4, ["actor.update"], False),
+    ]
+    return Plan(
+        spec="<test>", pools=pools, roles=roles, placements=placements, rewards={"exact": reward},
+        calls=calls, syncs=[["actor", "rollout"]], schedule=schedule,
+        data={"train": "builtin:arith/train", "val": "builtin:arith/val", "batch_size": batch_size,
+              "max_prompt_length": 64, "shuffle": True, "val_batch_size": 256},
+        train={"steps": steps, "seed": 0, "validate_every": 0, "val_samples": 1, "checkpoint_every": 0, "keep_checkpoints": 2},
+        models={"policy": {"path": model_path}},
+    )

@@ -1,0 +1,58 @@
+import json
+
+import torch
+
+from rlgraph.plan.model import CallPlan
+from rlgraph.runtime.metrics import MetricsWriter, batch_metrics, plot_curves, timing_name
+from rlgraph.workers import Rollout
+
+
+def _call(kind, role_kind=None, method=None):
+    return CallPlan("x", "x", kind, "t", method, role_kind, [], [], {}, 1)
+
+
+def test_timing_names_follow_verl():
+    assert timing_name(_call("role", "rollout", "generate")) == "gen"
+    assert timing_name(_call("role", "actor", "log_prob")) == "old_log_prob"
+    assert timing_name(_call("role", "ref", "log_prob")) == "ref"
+    assert timing_name(_call("role", "critic", "values")) == "values"
+    assert timing_name(_call("role", "critic", "update")) == "update_critic"
+    assert timing_name(_call("role", "actor", "update")) == "update_actor"
+    assert timing_name(_call("reward")) == "reward"
+    assert timing_name(_call("transform")) == "adv"
+
+
+def _rollout():
+    prompts = torch.tensor([[0, 5], [6, 7]])
+    responses = torch.tensor([[3, 1, 0], [3, 4, 5]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    lists = {k: ["a", "b"] for k in ("data_source", "prompt_text", "response_text")}
+    return Rollout.build(prompts, torch.tensor([[0, 1], [1, 1]]), responses, mask, 0, uid=[0, 1],
+                         ground_truth=["1", "2"], extra_info=[{}, {}], **lists)
+
+
+def test_batch_metrics_use_sequence_sums_and_response_tokens():
+    rollout = _rollout()
+    scores = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    values = torch.tensor([[1.0, 3.0, 100.0], [2.0, 2.0, 2.0]])  # 100 sits after EOS: ignored
+    m = batch_metrics(rollout, {"scores": scores, "values": values})
+    assert m["critic/score/mean"] == 0.5 and m["critic/rewards/mean"] == 0.5
+    assert m["critic/values/max"] == 3.0 and abs(m["critic/values/mean"] - 2.0) < 1e-6
+    assert m["response_length/mean"] == 2.5 and m["response_length/clip_ratio"] == 0.5
+    assert m["prompt_length/mean"] == 1.5
+
+
+def test_writer_keeps_steps_up_to_a_resumed_checkpoint(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"training/global_step": s}) + "\n" for s in range(5)))
+    writer = MetricsWriter(tmp_path, keep_up_to_step=2)
+    writer.write({"training/global_step": 3, "x": torch.tensor(1.5), "nan": float("nan")})
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["training/global_step"] for r in lines] == [0, 1, 2, 3]
+    assert lines[-1]["x"] == 1.5 and lines[-1]["nan"] is None
+    assert MetricsWriter(tmp_path, keep_up_to_step=None).records == []  # a fresh run starts empty
+
+
+def test_curves_png(tmp_path):
+    records = [{"training/global_step": s, "critic/score/mean": s / 10} for s in range(1, 5)]
+    records[0]["val/score/mean"] = 0.4
+    assert plot_curves(records, tmp_path / "curves.png").stat().st_size > 1000

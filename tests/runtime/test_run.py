@@ -1,0 +1,51 @@
+"""`rlgraph run` end to end on each shipped CPU spec, for two steps."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .helpers import SPECS, fast, read_metrics
+
+
+def cpu_specs() -> list[str]:
+    from rlgraph.compiler import compile_spec
+    from rlgraph.plan import build_plan
+
+    out = []
+    for path in sorted(SPECS.glob("*_arith*.rl")):
+        plan = build_plan(compile_spec(str(path)))
+        if plan.ok and all(p.device == "cpu" for p in plan.pools):
+            out.append(path.name)
+    return out
+
+
+EXPECTED = [
+    "training/global_step", "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/adv",
+    "timing_s/update_actor", "timing_s/update_weights", "timing_s/step", "critic/score/mean",
+    "critic/rewards/mean", "critic/advantages/mean", "response_length/mean", "actor/pg_loss",
+    "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm", "actor/lr",
+    "perf/throughput", "perf/total_num_tokens", "perf/time_per_step",
+]
+
+
+@pytest.mark.parametrize("spec", cpu_specs())
+def test_each_cpu_spec_trains_two_steps(spec, run_cli, tmp_path):
+    run_dir = tmp_path / "run"
+    code, out = run_cli(f"specs/{spec}", "--output", run_dir, *fast(steps=2))
+    assert code == 0, out
+    assert "Traceback" not in out
+    records = read_metrics(run_dir)
+    assert [r["training/global_step"] for r in records] == [0, 1, 2]
+    assert 0.0 <= records[0]["val/score/mean"] <= 1.0 and "val/score/mean" in records[-1]
+    missing = [k for k in EXPECTED if k not in records[-1]]
+    assert not missing, missing
+    plan = json.loads((run_dir / "plan.json").read_text())
+    if any(r["kind"] == "critic" for r in plan["roles"]):
+        assert {"timing_s/values", "timing_s/update_critic", "critic/vf_loss", "critic/values/mean"} <= set(records[-1])
+    if any(r["kind"] == "ref" for r in plan["roles"]):
+        assert "timing_s/ref" in records[-1]
+    assert (run_dir / "spec" / spec).is_file() and (run_dir / "overrides.txt").read_text().startswith("train.steps=2")
+    assert (run_dir / "checkpoints" / "step_2" / "actor" / "config.json").is_file()
+    assert (run_dir / "curves.png").is_file()
