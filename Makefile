@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 run: install
-	$(VENV)/bin/rlgraph plan specs/ppo_arith.rl
+	$(VENV)/bin/rlgraph run specs/ppo_arith.rl
 
 test: install
 	$(PY) -m pytest
