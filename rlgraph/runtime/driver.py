@@ -23,7 +23,7 @@ from typing import Any
 import ray
 
 from rlgraph.plan.model import CallPlan, Plan
-from rlgraph.runtime.errors import ProcessDiedError, RunError, WorkerError
+from rlgraph.runtime.errors import ACTOR_NAMES, ProcessDiedError, RunError, WorkerError
 from rlgraph.runtime.group import Pending
 from rlgraph.runtime.lowering import Lowered
 from rlgraph.runtime.metrics import batch_metrics, timing_name
@@ -52,6 +52,10 @@ def ray_errors() -> Iterator[None]:
         raise
     except (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError) as err:
         text = _first_line(str(err))
+        actor_id = getattr(err, "actor_id", None)
+        name = ACTOR_NAMES.get(actor_id.hex() if hasattr(actor_id, "hex") else str(actor_id or ""))
+        if name:
+            text = f"{name}: {text}"
         if "creation task" in text:
             raise ProcessDiedError(
                 f"a worker process could not start: {text}. Every node needs the same rlgraph, torch and "
@@ -66,6 +70,15 @@ def ray_errors() -> Iterator[None]:
 def _first_line(text: str) -> str:
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # Ray colours its messages
     return next((line.strip()[:500] for line in text.splitlines() if line.strip()), text)
+
+
+def wait_fail_fast(refs: list[Any]) -> None:
+    """Wait for every ref, raising the first failure as soon as it is known: a replica that raises does
+    not leave the driver waiting on its peers (which may be blocked in a collective with it)."""
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        ray.get(ready)
 
 
 class Fields:
@@ -108,6 +121,7 @@ class Fields:
 class StepResult:
     metrics: dict[str, float] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=dict)
+    stages: list[float] = field(default_factory=list)  # wall seconds of each stage of the schedule
 
 
 class StepDriver:
@@ -139,9 +153,10 @@ class StepDriver:
             return 0.0  # every rollout generates with its source's own module: nothing moves
         for source, target in copies:
             with ray_errors():
-                state = self.lowered.groups[source].members[0]  # replicas of a trained role hold the same weights
-                state_ref, _ = state.handle.call.options(num_returns=2).remote(source, "state_dict")
-                pending = self.lowered.groups[target].broadcast("load_state_dict", state_ref)  # put once, read by all
+                # dispatch `one`: the replicas of a trained role hold the same weights, rank 0's are put
+                # into the object store once; dispatch `all`: every rollout replica loads that one object
+                state_ref = self.lowered.groups[source].one("state_dict").result()
+                pending = self.lowered.groups[target].broadcast("load_state_dict", state_ref)
                 ray.get(pending.refs())
         return time.perf_counter() - start
 
@@ -151,6 +166,7 @@ class StepDriver:
         result = StepResult()
         fields = Fields({"prompts": prompts})
         for stage in self.plan.schedule:
+            stage_start = time.perf_counter()
             calls = [self.plan.call(call_id) for call_id in stage.calls]
             # --- role calls start first and run in their processes while the driver does its part
             with ray_errors():
@@ -160,7 +176,7 @@ class StepDriver:
                     self._run_on_driver(call, step, fields, result)
             # --- then the stage is awaited as a whole
             with ray_errors():
-                ray.wait([r for _, p in launched for r in p.refs()], num_returns=sum(len(p.refs()) for _, p in launched))
+                wait_fail_fast([r for _, p in launched for r in p.refs()])
                 for call, pending in launched:
                     _add(result.timing, timing_name(call), pending.seconds())
                     value = pending.result()
@@ -168,6 +184,7 @@ class StepDriver:
                         result.metrics.update(ray.get(value) if isinstance(value, ray.ObjectRef) else value)
                     for _, name in call.outputs:
                         fields.set(name, value)
+            result.stages.append(time.perf_counter() - stage_start)
 
         rollout = fields.local(self.responses_field)
         for call in self.plan.calls:  # values live in a process: fetch them if no driver call did
@@ -215,6 +232,8 @@ class StepDriver:
             return group.call("log_prob", rollout, micro_batch_size=micro_batch, temperature=self.temperature)
         if call.method == "values":
             return group.call("values", rollout, micro_batch_size=micro_batch)
+        if call.method == "score":  # a reward model
+            return group.call("score", rollout, micro_batch_size=micro_batch)
         if call.method == "update":
             common = {
                 "epochs": kw.get("epochs", 1),

@@ -1,10 +1,17 @@
-"""A role's replicas as one callable group: data-parallel dispatch over the processes that host it.
+"""A role's replicas as one callable group, with a small set of named dispatch modes.
 
-With one replica (the common case on one machine) a call passes its arguments through untouched, so
-ObjectRefs go straight from the producing process to the consuming one without a copy through the
-driver. With k replicas the batch arguments are split into k equal chunks (rows of a prompt group
-stay together as long as k divides the prompts), each replica gets its chunk, and the results are
-concatenated (tensors, rollouts) or averaged (metric dicts).
+    split  the batch arguments are cut into k equal row chunks in replica order, replica i gets chunk i,
+           and the results are joined in the same order (tensors and rollouts concatenated, metric
+           dicts averaged). For every data-parallel call: log_prob, values, update.
+    each   replica i gets its own (args, kwargs), results joined as for split. For generate: the
+           driver gives each replica its prompts and its own sampling seed.
+    all    the same call on every replica, for calls whose effect or output is the same on every rank:
+           loading weights (weight sync), loading optimizer state. The result is replica 0's.
+    one    replica 0 only (rank 0), for calls that read state every replica holds identically: the
+           weights for a sync or a checkpoint, validation's generate.
+
+With one replica, split passes its arguments through untouched, so ObjectRefs go straight from the
+producing process to the consuming one without a copy through the driver.
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+
+DISPATCH_MODES = ("split", "each", "all", "one")
 
 
 @dataclass(frozen=True)
@@ -26,9 +35,9 @@ class Member:
 class Pending:
     """The outcome of one group call: result ref(s) and the seconds each replica spent."""
 
-    results: list[Any]  # ObjectRefs, one per replica
+    results: list[Any]  # ObjectRefs, one per replica that ran
     times: list[Any]  # ObjectRefs of floats
-    merge: bool = False
+    merge: bool = False  # join the replicas' results (split, each) or take replica 0's (all, one)
     _value: Any = field(default=None, repr=False)
     _done: bool = False
 
@@ -36,8 +45,8 @@ class Pending:
         return self.results + self.times
 
     def result(self) -> Any:
-        """An ObjectRef (one replica) or the merged local value (several)."""
-        if not self.merge:
+        """An ObjectRef (one result wanted) or the merged local value (several)."""
+        if not self.merge or len(self.results) == 1:
             return self.results[0]
         if not self._done:
             self._value, self._done = merge_results(ray.get(self.results)), True
@@ -59,26 +68,47 @@ class WorkerGroup:
         result, seconds = member.handle.call.options(num_returns=2).remote(self.role, method, *args, **kwargs)
         return result, seconds
 
+    def _pending(self, launched: list[tuple[Any, Any]], merge: bool) -> Pending:
+        return Pending([r for r, _ in launched], [t for _, t in launched], merge=merge)
+
+    def dispatch(self, mode: str, method: str, *args: Any, per_replica: list[tuple[tuple, dict]] | None = None,
+                 **kwargs: Any) -> Pending:
+        """`method` on the group's replicas in dispatch mode `mode` (see the module's docstring)."""
+        if mode == "split":
+            if len(self.members) == 1:
+                return self._pending([self._launch(self.members[0], method, args, kwargs)], merge=False)
+            k = len(self.members)
+            local = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args]
+            parts = [split_batch(a, k) for a in local]
+            return self._pending([self._launch(m, method, tuple(p[i] for p in parts), kwargs)
+                                  for i, m in enumerate(self.members)], merge=True)
+        if mode == "each":
+            if per_replica is None or len(per_replica) != len(self.members):
+                raise ValueError(f"dispatch `each` needs one (args, kwargs) per replica of `{self.role}`")
+            return self._pending([self._launch(m, method, a, kw) for m, (a, kw) in zip(self.members, per_replica)],
+                                 merge=True)
+        if mode == "all":
+            return self._pending([self._launch(m, method, args, kwargs) for m in self.members], merge=False)
+        if mode == "one":
+            return self._pending([self._launch(self.members[0], method, args, kwargs)], merge=False)
+        raise ValueError(f"unknown dispatch mode {mode!r}; the modes are {', '.join(DISPATCH_MODES)}")
+
+    # the modes by name
     def call(self, method: str, *args: Any, **kwargs: Any) -> Pending:
-        """`method` on every replica with the batch arguments split between them."""
-        if len(self.members) == 1:
-            result, seconds = self._launch(self.members[0], method, args, kwargs)
-            return Pending([result], [seconds])
-        k = len(self.members)
-        local = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args]
-        parts = [split_batch(a, k) for a in local]
-        launched = [self._launch(m, method, tuple(p[i] for p in parts), kwargs) for i, m in enumerate(self.members)]
-        return Pending([r for r, _ in launched], [t for _, t in launched], merge=True)
+        """split: `method` on every replica with the batch arguments split between them."""
+        return self.dispatch("split", method, *args, **kwargs)
 
     def call_each(self, method: str, per_replica: list[tuple[tuple, dict]]) -> Pending:
-        """`method` on replica i with its own (args, kwargs)."""
-        launched = [self._launch(m, method, a, kw) for m, (a, kw) in zip(self.members, per_replica)]
-        return Pending([r for r, _ in launched], [t for _, t in launched], merge=len(launched) > 1)
+        """each: `method` on replica i with its own (args, kwargs)."""
+        return self.dispatch("each", method, per_replica=per_replica)
 
     def broadcast(self, method: str, *args: Any, **kwargs: Any) -> Pending:
-        """The same `method(*args)` on every replica (e.g. load the same state dict)."""
-        launched = [self._launch(m, method, args, kwargs) for m in self.members]
-        return Pending([r for r, _ in launched], [t for _, t in launched], merge=False)
+        """all: the same `method(*args)` on every replica (e.g. load the same state dict)."""
+        return self.dispatch("all", method, *args, **kwargs)
+
+    def one(self, method: str, *args: Any, **kwargs: Any) -> Pending:
+        """one: `method` on replica 0 only."""
+        return self.dispatch("one", method, *args, **kwargs)
 
 
 def split_batch(value: Any, k: int) -> list[Any]:

@@ -136,9 +136,8 @@ class Trainer:
         # validation: the policy that the rollout samples from, generating in its own process
         generate = generate_call(plan)
         self.policy_role = sync_source(plan, generate.target) or next(r.name for r in plan.roles if r.kind == "actor")
-        reward_calls = [c for c in plan.calls if c.kind == "reward"]
-        self.val_reward_name = reward_calls[0].target if reward_calls else None
-        self.val_reward = prepared.rewards[self.val_reward_name] if reward_calls else None
+        self.val_reward_name = validation_reward(plan)
+        self.val_reward = prepared.rewards[self.val_reward_name] if self.val_reward_name else None
         self.n_devices = sum(p.nodes * p.devices_per_node for p in plan.pools
                              if any(pl.pool == p.name for pl in plan.placements))
 
@@ -192,13 +191,14 @@ class Trainer:
                 t0 = time.perf_counter()
                 batch = next(data)
                 prompts = [dict(zip(batch, values)) for values in zip(*batch.values())]
-                update_weights = self.driver.sync_weights()
+                sync = self.driver.sync_weights()
                 result = self.driver.run(step, prompts)
                 step_time = time.perf_counter() - t0
                 record: dict[str, Any] = {"training/global_step": step, "training/epoch": self.loader.epoch}
                 record.update(result.metrics)
                 record.update({f"timing_s/{name}": seconds for name, seconds in result.timing.items()})
-                record["timing_s/update_weights"] = update_weights
+                record["timing_s/sync"] = sync  # put once + every rollout replica loads
+                record["timing_s/update_weights"] = sync  # verl's name for the same thing
                 record["timing_s/step"] = step_time
                 record["perf/time_per_step"] = step_time
                 record["perf/throughput"] = result.metrics["perf/total_num_tokens"] / (step_time * max(self.n_devices, 1))
@@ -236,21 +236,19 @@ class Trainer:
             return {}
         items = list(self.prepared.val)
         chunk = int(self.plan.data.get("val_batch_size") or 256)
-        handle = self.lowered.process_of(self.policy_role)
+        group = self.lowered.groups[self.policy_role]  # dispatch `one`: rank 0 generates for validation
         sampling = self.driver.sampling
         max_new_tokens = int(sampling.get("max_new_tokens", 32))
-        greedy = [handle.call.remote(self.policy_role, "generate", items[i : i + chunk], 1,
-                                     do_sample=False, max_new_tokens=max_new_tokens, seed=0)
-                  for i in range(0, len(items), chunk)]
+        greedy = [group.one("generate", items[i : i + chunk], 1, do_sample=False, max_new_tokens=max_new_tokens,
+                            seed=0).result() for i in range(0, len(items), chunk)]
         n = int(self.train_cfg.get("val_samples") or 1)
         sampled = []
         if n > 1:
-            sampled = [handle.call.remote(self.policy_role, "generate", items[i : i + chunk], n,
-                                          seed=derive_seed(self.seed, step, f"val/{i}"), **sampling)
-                       for i in range(0, len(items), chunk)]
+            sampled = [group.one("generate", items[i : i + chunk], n, seed=derive_seed(self.seed, step, f"val/{i}"),
+                                 **sampling).result() for i in range(0, len(items), chunk)]
         with ray_errors():
-            greedy_rollouts = [r for r, _ in ray.get(greedy)]
-            sampled_rollouts = [r for r, _ in ray.get(sampled)]
+            greedy_rollouts = ray.get(greedy)
+            sampled_rollouts = ray.get(sampled)
         when = f"validation at step {step}"
         scores = torch.cat([score(self.val_reward_name, self.val_reward, r, when).sum(-1) for r in greedy_rollouts])
         metrics = {"val/score/mean": scores.mean().item()}  # (prompts,) -> mean
@@ -271,7 +269,8 @@ class Trainer:
         try:
             refs = []
             for role in self._trained_roles():
-                member = self.lowered.groups[role].members[0]  # replicas of a trained role hold the same weights
+                # dispatch `one`: the replicas of a trained role hold the same weights and optimizer state
+                member = self.lowered.groups[role].members[0]
                 refs.append(member.handle.save.remote(role, str(writer.staging.model_dir(role)),
                                                       str(writer.staging.optimizer_file(role))))
             rng_refs = {process: handle.rng_state.remote() for process, handle in self.lowered.processes.items()}
@@ -316,6 +315,16 @@ class Trainer:
         if result.checkpoint:
             self.console.log(f"checkpoint: {result.checkpoint}")
         self.console.log(f"metrics: {result.run_dir / 'metrics.jsonl'}; curves: {result.run_dir / 'curves.png'}")
+
+
+def validation_reward(plan: Plan) -> str | None:
+    """The rule reward validation scores with: the step's rule reward (the first, if it has several); a
+    step scored by a reward model alone validates with the spec's one declared rule reward (declare
+    e.g. `reward exact { ... }` for that); with none, or several and none in the step, no validation."""
+    in_step = [c.target for c in plan.calls if c.kind == "reward"]
+    if in_step:
+        return in_step[0]
+    return next(iter(plan.rewards)) if len(plan.rewards) == 1 else None
 
 
 def _first(records: list[dict[str, Any]], key: str) -> float | None:

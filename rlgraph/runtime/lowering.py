@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rlgraph.plan.model import Plan, PoolPlan
-from rlgraph.runtime.errors import PlacementError
+from rlgraph.runtime.errors import ACTOR_NAMES, PlacementError
 from rlgraph.runtime.group import Member, WorkerGroup
 from rlgraph.runtime.process import DeviceProcess, HostedRole
 from rlgraph.runtime.roles import WorkerSpec
@@ -46,6 +46,7 @@ class Lowered:
     placement_groups: dict[tuple[str, int], Any] = field(default_factory=dict)
     processes: dict[str, Any] = field(default_factory=dict)  # process id -> DeviceProcess handle
     info: dict[str, dict] = field(default_factory=dict)  # process id -> what setup() reported
+    node_ids: dict[tuple[str, int], str] = field(default_factory=dict)  # (pool, plan node) -> the Ray node it got
     groups: dict[str, WorkerGroup] = field(default_factory=dict)
 
     def process_of(self, role: str, replica: int = 0) -> Any:
@@ -56,6 +57,7 @@ class Lowered:
         for handle in self.processes.values():
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
+            ACTOR_NAMES.pop(handle._actor_id.hex(), None)
         for pg in self.placement_groups.values():
             with contextlib.suppress(Exception):
                 remove_placement_group(pg)
@@ -87,10 +89,12 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
     check_fit(pools, used)
 
     # --- reserve: every placement group is requested before waiting on any
+    targets = target_nodes(pools, used)
     for pool_name, node in used:
         pool = pools[pool_name]
         lowered.placement_groups[(pool_name, node)] = placement_group(
             [bundle_of(pool)] * pool.devices_per_node, strategy="STRICT_PACK",
+            _soft_target_node_id=targets.get((pool_name, node)),
         )
     for (pool_name, node), pg in lowered.placement_groups.items():
         if not pg.wait(timeout_s):
@@ -101,6 +105,8 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
                 f"{_resources(ray.available_resources())} free now. Free the devices, make the pool "
                 "smaller, or point --address at a larger cluster."
             )
+        with contextlib.suppress(Exception):
+            lowered.node_ids[(pool_name, node)] = placement_group_table(pg)["bundles_to_node_id"][0]
 
     # --- start: one DeviceProcess per device, pinned to its bundle
     remote = ray.remote(DeviceProcess)
@@ -116,7 +122,10 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
         }
         hosted = [HostedRole(specs[role], replica) for role, replica in w.hosted]
         num_threads = int(bundle_of(pool)["CPU"])  # torch threads = the CPUs the bundle reserves
-        lowered.processes[process] = remote.options(**options).remote(process, w.node, hosted, num_threads)
+        handle = remote.options(**options).remote(process, w.node, hosted, num_threads, w.bundle)
+        lowered.processes[process] = handle
+        roles = ", ".join(f"`{role}` replica {replica}" for role, replica in w.hosted)
+        ACTOR_NAMES[handle._actor_id.hex()] = f"process {process} ({roles}) on node {w.node} of pool `{w.pool}`"
 
     # --- build the workers, all processes at once
     setups = {process: handle.setup.remote() for process, handle in lowered.processes.items()}
@@ -156,15 +165,43 @@ def data_parallel_groups(plan: Plan) -> list[tuple[str, ...]]:
 
 
 def join_data_parallel_groups(plan: Plan, lowered: Lowered, pools: dict[str, PoolPlan], timeout_s: float) -> None:
-    """Start one gloo (cpu) / nccl (gpu) group per set of trained replicas; rank 0 hosts the rendezvous."""
+    """Start one gloo (cpu) / nccl (gpu) group per set of trained replicas, as verl's worker env does:
+    rank = replica (replicas are numbered node by node, so ranks are ordered by node), world size = the
+    replicas, LOCAL_RANK = the device on its node, MASTER_ADDR:MASTER_PORT = a free port on rank 0's node."""
     device_of = {p.process: pools[p.pool].device for p in plan.placements}
+    local_rank = {p.process: p.device for p in plan.placements}
     for group in data_parallel_groups(plan):
         master = lowered.processes[group[0]]
         address = lowered.info[group[0]]["node_ip"]
         port = ray.get(master.free_port.remote())
         backend = "nccl" if device_of[group[0]] == "gpu" else "gloo"
         ray.get([lowered.processes[process].init_data_parallel.remote(
-            backend, f"tcp://{address}:{port}", rank, len(group), timeout_s) for rank, process in enumerate(group)])
+            backend, address, port, rank, len(group), local_rank[process], timeout_s)
+            for rank, process in enumerate(group)])
+
+
+def target_nodes(pools: dict[str, PoolPlan], used: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """A Ray node for each (pool, plan node): the nodes of one pool go to different Ray nodes when the
+    cluster has enough that can hold them (else they share one, as on a single machine). Nodes are
+    taken in Ray's order and filled by what this run asks for; Ray is asked softly
+    (`_soft_target_node_id`), so a node that someone else has filled is replaced by one that has room."""
+    alive = [(n["NodeID"], dict(n["Resources"])) for n in ray.nodes() if n.get("Alive")]
+    room = {node_id: res for node_id, res in alive}
+    out: dict[tuple[str, int], str] = {}
+    for pool_name in dict.fromkeys(p for p, _ in used):
+        pool = pools[pool_name]
+        need = {k: v * pool.devices_per_node for k, v in bundle_of(pool).items()}
+        taken: set[str] = set()
+        for _, node in [u for u in used if u[0] == pool_name]:
+            fits = [node_id for node_id, res in room.items() if all(res.get(k, 0) >= v for k, v in need.items())]
+            choice = next((n for n in fits if n not in taken), fits[0] if fits else None)
+            if choice is None:
+                continue  # check_fit has already said whether some node could ever hold it
+            out[(pool_name, node)] = choice
+            taken.add(choice)
+            for k, v in need.items():
+                room[choice][k] = room[choice].get(k, 0) - v
+    return out
 
 
 def check_fit(pools: dict[str, PoolPlan], used: list[tuple[str, int]]) -> None:

@@ -39,6 +39,10 @@ def preflight(plan: Plan, *, starting_locally: bool) -> Prepared:
             f"data.train has {len(train)} usable prompts, fewer than one batch of data.batch_size = {batch_size}; "
             "lower the batch size, raise data.max_prompt_length, or add prompts."
         )
+    for role in plan.roles:
+        if role.config.get("strategy") == "fsdp" and role.replicas > 1:
+            notes.append(f"role `{role.name}`: strategy = fsdp runs as ddp in this runtime (every replica holds "
+                         "the whole model; gradients are all-reduced); see docs/runtime.md, Replicas")
     return Prepared(model_paths, tokenizer, train, val, rewards, notes)
 
 
@@ -48,8 +52,7 @@ def _check_supported(plan: Plan, starting_locally: bool) -> None:
     for role in plan.roles:
         if role.kind not in SUPPORTED_KINDS:
             raise PreflightError(
-                f"role `{role.name}` is a {role.kind}; this runtime runs {', '.join(SUPPORTED_KINDS)} roles "
-                "(reward models come later). Use a rule reward (`reward NAME { fn = \"module:function\" }`)."
+                f"role `{role.name}` is a {role.kind}; this runtime runs {', '.join(SUPPORTED_KINDS)} roles."
             )
     generates = [c for c in plan.calls if c.kind == "role" and c.method == "generate"]
     if len(generates) != 1:

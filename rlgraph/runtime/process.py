@@ -31,7 +31,8 @@ class HostedRole:
 class DeviceProcess:
     """Hosts the workers of the role replicas placed on one device. Build them with `setup()`."""
 
-    def __init__(self, process_id: str, node: int, hosted: list[HostedRole], num_threads: int) -> None:
+    def __init__(self, process_id: str, node: int, hosted: list[HostedRole], num_threads: int,
+                 bundle: int | None = None) -> None:
         # Cheap on purpose: a failure here would reach the driver as Ray's ActorDiedError, while one in
         # setup() becomes a WorkerError that names the role.
         self.process_id = process_id
@@ -40,6 +41,10 @@ class DeviceProcess:
         self.num_threads = num_threads
         self.workers: dict[str, Any] = {}
         self.node_ip = "?"
+        self.bundle = bundle  # the placement group bundle it was scheduled on (Ray does not tell an actor)
+        self.placement: dict[str, Any] = {}  # where Ray really put this process (see `where`)
+        self.delays: dict[tuple[str, str], float] = {}  # test hook: (role, method) -> extra seconds
+        self.faults: dict[tuple[str, str], int] = {}  # test hook: (role, method) -> calls before it raises
 
     # --- life cycle ---
 
@@ -52,6 +57,7 @@ class DeviceProcess:
             import ray
 
             self.node_ip = ray.util.get_node_ip_address()
+            self.placement = _ray_placement()
         except Exception:  # not under Ray (a unit test): the node index is enough
             pass
         ordered = sorted(self.hosted.values(), key=lambda h: h.spec.worker == "alias")
@@ -72,7 +78,26 @@ class DeviceProcess:
             from rlgraph.workers import CriticWorker
 
             return CriticWorker(kwargs.pop("model_path"), **kwargs)
+        if spec.worker == "reward_model":
+            from rlgraph.workers import RewardModelWorker
+
+            return RewardModelWorker(kwargs.pop("model_path"), **kwargs)
         raise ValueError(f"unknown worker {spec.worker!r}")
+
+    def where(self) -> dict[str, Any]:
+        """Where this process runs, recorded from inside at setup: the Ray node id and placement group id
+        (from Ray's runtime context), the node IP; and the plan's node and the bundle index the process was
+        scheduled on (Ray does not expose a bundle index to the actor itself)."""
+        return {"process": self.process_id, "node": self.node, "bundle": self.bundle, "node_ip": self.node_ip,
+                "pid": os.getpid(), **self.placement}
+
+    def set_delay(self, role: str, method: str, seconds: float) -> None:
+        """Test hook: every later `call(role, method)` sleeps `seconds` first (a stand-in for a slow call)."""
+        self.delays[(role, method)] = seconds
+
+    def set_fault(self, role: str, method: str, after_calls: int = 0) -> None:
+        """Test hook: `call(role, method)` raises RuntimeError once it has run `after_calls` times."""
+        self.faults[(role, method)] = after_calls
 
     # --- data parallel: replicas of trained roles average their gradients (workers/optim.py) ---
 
@@ -84,16 +109,32 @@ class DeviceProcess:
             sock.bind((self.node_ip if self.node_ip != "?" else "127.0.0.1", 0))
             return sock.getsockname()[1]
 
-    def init_data_parallel(self, backend: str, init_method: str, rank: int, world_size: int, timeout_s: float) -> None:
-        """Join the torch.distributed group of this process's trained role replicas."""
+    def init_data_parallel(self, backend: str, master_addr: str, master_port: int, rank: int, world_size: int,
+                           local_rank: int, timeout_s: float) -> None:
+        """Join the torch.distributed group of this process's trained role replicas.
+
+        As verl's workers do, the group comes from the environment: MASTER_ADDR/MASTER_PORT (replica 0's
+        node), RANK, WORLD_SIZE and LOCAL_RANK are set here, then `init_method="env://"` reads them.
+        """
         import datetime
 
         import torch.distributed as dist
 
         role = next((h.spec.role for h in self.hosted.values() if h.spec.kind in ("actor", "critic")), "?")
-        with self._reporting(role, f"joining its data-parallel group ({backend}, {init_method})"):
-            dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                                    timeout=datetime.timedelta(seconds=timeout_s))
+        env = {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port), "RANK": str(rank),
+               "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local_rank)}
+        with self._reporting(role, f"joining its data-parallel group ({backend}, {master_addr}:{master_port})"):
+            os.environ.update(env)
+            dist.init_process_group(backend, init_method="env://", timeout=datetime.timedelta(seconds=timeout_s))
+
+    def data_parallel_info(self) -> dict[str, Any]:
+        """The torch.distributed group this process is in (empty when it is in none)."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return {}
+        return {"backend": dist.get_backend(), "rank": dist.get_rank(), "world_size": dist.get_world_size(),
+                **{k.lower(): os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")}}
 
     # --- the one entry point for role calls ---
 
@@ -101,6 +142,12 @@ class DeviceProcess:
         """`method` of `role`'s worker; returns (result, seconds it took in this process)."""
         with self._reporting(role, f"`{role}.{method}`"):
             start = time.perf_counter()
+            if (role, method) in self.delays:
+                time.sleep(self.delays[(role, method)])
+            if (role, method) in self.faults:
+                self.faults[(role, method)] -= 1
+                if self.faults[(role, method)] < 0:
+                    raise RuntimeError(f"injected fault in {role}.{method} (a test hook)")
             result = getattr(self.workers[role], method)(*args, **kwargs)
             return result, time.perf_counter() - start
 
@@ -150,6 +197,14 @@ class _Reporting:
             return False
         text = "".join(traceback.format_exception(exc_type, exc, tb))
         raise WorkerError(*self.where, f"{exc_type.__name__}: {exc}", text) from None
+
+
+def _ray_placement() -> dict[str, Any]:
+    """The Ray node id and placement group id of the calling actor, from Ray's runtime context."""
+    import ray
+
+    context = ray.get_runtime_context()
+    return {"node_id": context.get_node_id(), "placement_group": context.get_placement_group_id()}
 
 
 # --- RNG state as plain data (torch.load(weights_only=True) reads it back) ---

@@ -6,6 +6,7 @@ This is one half of lowering (where it runs is the Placement); `lowering.py` joi
     actor   -> PolicyWorker(trainable=True), with the loss settings of its `update` call
     ref     -> PolicyWorker(trainable=False)
     critic  -> CriticWorker
+    reward_model -> RewardModelWorker (a sequence classifier scoring on the last token)
     rollout -> the policy in its own process when it shares one with the role that syncs into it
                (the hybrid engine: it generates with that module in place), else its own
                PolicyWorker(trainable=False) that receives weights through the object store
@@ -18,7 +19,7 @@ from typing import Any
 
 from rlgraph.plan.model import CallPlan, Plan, RolePlan
 
-SUPPORTED_KINDS = ("actor", "ref", "critic", "rollout")
+SUPPORTED_KINDS = ("actor", "ref", "critic", "rollout", "reward_model")
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # spec name -> torch name
 
 
@@ -26,7 +27,7 @@ _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # spec nam
 class WorkerSpec:
     role: str
     kind: str  # actor | ref | critic | rollout
-    worker: str  # "policy" | "critic" | "alias" (generate with `alias_of`'s module)
+    worker: str  # "policy" | "critic" | "reward_model" | "alias" (generate with `alias_of`'s module)
     kwargs: dict[str, Any] = field(default_factory=dict)  # constructor arguments, plain data
     alias_of: str | None = None
 
@@ -89,6 +90,8 @@ def worker_specs(plan: Plan, model_paths: dict[str, str]) -> dict[str, WorkerSpe
             specs[role.name] = WorkerSpec(role.name, "ref", "policy", {"model_path": path, "trainable": False, **common})
         elif role.kind == "critic":
             specs[role.name] = WorkerSpec(role.name, "critic", "critic", {"model_path": path, **common, **_optim(role)})
+        elif role.kind == "reward_model":
+            specs[role.name] = WorkerSpec(role.name, "reward_model", "reward_model", {"model_path": path, **common})
         elif role.kind == "rollout":
             host = _colocated_policy(plan, role, processes_of)
             if host is not None:

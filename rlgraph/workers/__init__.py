@@ -7,6 +7,7 @@ from rlgraph.workers.batch import Rollout, position_ids_from_mask
 from rlgraph.workers.critic import CriticWorker
 from rlgraph.workers.policy import PolicyWorker
 from rlgraph.workers.reward import RewardFunctionError, RuleReward, load_reward_fn
+from rlgraph.workers.reward_model import RewardModelWorker
 from rlgraph.workers.rollout_hf import HFRollout
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "PolicyWorker",
     "Rollout",
     "RewardFunctionError",
+    "RewardModelWorker",
     "RuleReward",
     "load_reward_fn",
     "position_ids_from_mask",

@@ -22,3 +22,56 @@ def fast(steps: int = 2, batch_size: int = 16, checkpoint_every: int = 0, valida
     for key, value in overrides.items():
         out += ["-s", f"{key}={value}"]
     return out
+
+
+def plan_from_spec(spec: str | Path, *overrides: str):
+    """The Plan of `spec` with `-s key=value` overrides, as `rlgraph plan` makes it."""
+    from rlgraph.compiler import compile_spec
+    from rlgraph.plan.build import plan_spec
+
+    plan, diagnostics = plan_spec(compile_spec(str(spec), list(overrides)))
+    assert plan.ok, [d.to_json() for d in diagnostics]
+    return plan
+
+
+class Started:
+    """A plan lowered onto the test session's Ray (processes built, data-parallel groups joined)."""
+
+    def __init__(self, plan, model_paths: dict | None = None) -> None:
+        from rlgraph.runtime.lowering import Lowered
+        from rlgraph.runtime.preflight import preflight
+        from rlgraph.runtime.roles import worker_specs
+
+        self.plan = plan
+        self.prepared = preflight(plan, starting_locally=False)
+        self.specs = worker_specs(plan, model_paths or self.prepared.model_paths)
+        self.lowered = Lowered()
+
+    def __enter__(self) -> "Started":
+        from rlgraph.runtime.lowering import lower
+
+        try:
+            lower(self.plan, self.specs, self.lowered, timeout_s=60)
+        except BaseException:
+            self.lowered.shutdown()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.lowered.shutdown()
+
+
+def make_reward_model(base: str | Path, out: Path) -> Path:
+    """A sequence classifier (num_labels = 1) on `base`'s body and tokenizer, its score head seeded: the
+    plumbing of a reward-model role, not a judge of anything."""
+    import torch
+    from transformers import AutoTokenizer, LlamaForSequenceClassification
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = LlamaForSequenceClassification.from_pretrained(base, num_labels=1)
+        torch.nn.init.normal_(model.score.weight, std=0.5)
+    model.config.pad_token_id = AutoTokenizer.from_pretrained(base).pad_token_id
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    return out

@@ -1,0 +1,35 @@
+"""RewardModelWorker: a sequence classifier's score on the last valid token, placed on the last
+response token (verl's compute_rm_score)."""
+
+from __future__ import annotations
+
+import torch
+
+from tests.runtime.helpers import make_reward_model
+
+
+def test_scores_sit_on_the_last_response_token_and_match_the_classifier(arith_gpt_dir, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    from rlgraph.workers import PolicyWorker, RewardModelWorker
+    from rlgraph.tasks import arith
+
+    rm_dir = make_reward_model(arith_gpt_dir, tmp_path / "rm")
+    policy = PolicyWorker(str(arith_gpt_dir), trainable=False)
+    from rlgraph.data import RLDataset
+
+    dataset = RLDataset(arith.make_rows("val")[:4], policy.tokenizer)
+    rows = [dataset[i] for i in range(len(dataset))]
+    rollout = policy.generate(rows, 2, seed=0, max_new_tokens=4)
+    scores = RewardModelWorker(str(rm_dir)).score(rollout, micro_batch_size=3)  # (8, R)
+    assert scores.shape == rollout.response_mask.shape and scores.dtype == torch.float32
+    last = rollout.response_mask.sum(1) - 1
+    assert torch.count_nonzero(scores) == len(rollout)  # one score per sequence...
+    assert torch.equal(scores.nonzero()[:, 1], last)  # ...on its last response token
+    # the same number the classifier gives the sequence alone (no padding at all)
+    model = AutoModelForSequenceClassification.from_pretrained(rm_dir).eval()
+    for row in range(len(rollout)):
+        ids = rollout.input_ids[row][rollout.attention_mask[row].bool()][None]
+        with torch.no_grad():
+            expected = model(input_ids=ids).logits[0, 0]
+        assert torch.allclose(scores[row, last[row]], expected, atol=1e-5)

@@ -1,0 +1,27 @@
+"""Calls of one stage on disjoint devices run at the same time: with ref.log_prob (policy pool) and
+critic.values (critic pool) each made 1 s slower, their stage takes about 1 s, not 2."""
+
+from __future__ import annotations
+
+import ray
+
+from .helpers import SPECS, Started, plan_from_spec
+
+
+def test_a_stage_runs_its_calls_on_separate_pools_concurrently(ray_session, arith_model):
+    from rlgraph.runtime.driver import StepDriver
+    from rlgraph.runtime.transforms import DriverCalls
+
+    plan = plan_from_spec(SPECS / "ppo_split_arith.rl", "data.batch_size=16")
+    stage = next(s for s in plan.schedule if {"ref.log_prob", "critic.values"} <= set(s.calls))
+    with Started(plan) as started:
+        groups = started.lowered.groups
+        assert {m.process for m in groups["ref"].members}.isdisjoint({m.process for m in groups["critic"].members})
+        ray.get([groups["ref"].members[0].handle.set_delay.remote("ref", "log_prob", 1.0),
+                 groups["critic"].members[0].handle.set_delay.remote("critic", "values", 1.0)])
+        driver = StepDriver(plan, started.lowered, started.specs, DriverCalls(plan, started.prepared.rewards))
+        prompts = [started.prepared.train[i] for i in range(16)]
+        result = driver.run(1, prompts)
+    assert result.timing["ref"] >= 1.0 and result.timing["values"] >= 1.0  # each call really took its second
+    stage_s = result.stages[plan.schedule.index(stage)]
+    assert stage_s < 1.6, f"the stage took {stage_s:.2f} s: its calls ran one after the other"

@@ -1,0 +1,80 @@
+"""Data parallelism is exact: PPO with the actor and the critic at 2 replicas (a gloo group, gradients
+all-reduced) makes the same update as 1 replica on the same global batch."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import ray
+import torch
+
+from .helpers import SPECS, Started, plan_from_spec
+
+BATCH = 16  # prompts; x n = 4 samples -> 64 rows, 32 per replica
+
+
+def ppo_plan(replicas: int):
+    return plan_from_spec(SPECS / "ppo_arith.rl", f"main.devices_per_node={replicas}", f"actor.replicas={replicas}",
+                          f"data.batch_size={BATCH}")
+
+
+def seq_mean(started: Started) -> Started:
+    """The actor's loss as a mean over sequences: a per-replica mean of equal-sized chunks, averaged over the
+    replicas, is then the global mean exactly. (token-mean weighs a replica's tokens by its own token count;
+    see docs/runtime.md, Replicas.)"""
+    spec = started.specs["actor"]
+    started.specs["actor"] = dataclasses.replace(spec, kwargs={**spec.kwargs, "loss_agg": "seq-mean-token-mean"})
+    return started
+
+
+def one_update(started: Started, rollout, old_log_prob, values, advantages, returns):
+    groups = started.lowered.groups
+    common = {"epochs": 2, "mini_batch_size": None, "micro_batch_size": None, "shuffle": False}
+    actor = groups["actor"].call("update", rollout, old_log_prob, advantages, **common, temperature=1.0)
+    critic = groups["critic"].call("update", rollout, values, returns, **common, cliprange_value=0.5,
+                                   loss_agg="seq-mean-token-mean")
+    metrics = {**_value(actor.result()), **_value(critic.result())}
+    states = {role: [ray.get(m.handle.call.remote(role, "state_dict"))[0] for m in groups[role].members]
+              for role in ("actor", "critic")}
+    return metrics, states
+
+
+def _value(x):
+    return ray.get(x) if isinstance(x, ray.ObjectRef) else x
+
+
+def test_two_replicas_make_the_same_ppo_update_as_one(ray_session, arith_model):
+    with seq_mean(Started(ppo_plan(1))) as single, seq_mean(Started(ppo_plan(2))) as double:
+        # --- the group: gloo on cpu, rank = replica, world size 2, rendezvous on rank 0's node
+        infos = ray.get([m.handle.data_parallel_info.remote() for m in double.lowered.groups["actor"].members])
+        assert [i["rank"] for i in infos] == [0, 1] and {i["world_size"] for i in infos} == {2}
+        assert {i["backend"] for i in infos} == {"gloo"}
+        assert {i["master_addr"] for i in infos} == {double.lowered.info["actor/0"]["node_ip"]}
+        assert [i["local_rank"] for i in infos] == ["0", "1"]
+        assert ray.get(single.lowered.processes["actor/0"].data_parallel_info.remote()) == {}
+
+        # --- one global batch, made once
+        prompts = [single.prepared.train[i] for i in range(BATCH)]
+        group = single.lowered.groups["rollout"]
+        rollout = ray.get(group.call("generate", prompts, 4, seed=1, max_new_tokens=4).result())
+        old_log_prob = ray.get(single.lowered.groups["actor"].call("log_prob", rollout).result())
+        values = ray.get(single.lowered.groups["critic"].call("values", rollout).result())
+        g = torch.Generator().manual_seed(0)
+        advantages = torch.randn(old_log_prob.shape, generator=g)
+        returns = values + torch.randn(values.shape, generator=g)
+
+        # log_prob and values split across replicas and joined in order are the same tensors
+        split = double.lowered.groups["actor"].call("log_prob", rollout).result()
+        assert torch.allclose(split, old_log_prob, atol=1e-6)
+
+        m1, s1 = one_update(single, rollout, old_log_prob, values, advantages, returns)
+        m2, s2 = one_update(double, rollout, old_log_prob, values, advantages, returns)
+
+    for name in ("actor/pg_loss", "critic/vf_loss", "actor/grad_norm", "critic/grad_norm"):
+        assert m2[name] == pytest.approx(m1[name], rel=1e-4, abs=1e-6), name
+    for role in ("actor", "critic"):
+        one, (rank0, rank1) = s1[role][0], s2[role]
+        assert all(torch.equal(rank0[k], rank1[k]) for k in rank0), role  # the replicas agree bit for bit
+        for k in one:
+            torch.testing.assert_close(rank0[k], one[k], rtol=1e-4, atol=2e-6, msg=f"{role}.{k}")
