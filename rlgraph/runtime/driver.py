@@ -176,7 +176,9 @@ class StepDriver:
                     self._run_on_driver(call, step, fields, result)
             # --- then the stage is awaited as a whole
             with ray_errors():
-                wait_fail_fast([r for _, p in launched for r in p.refs()])
+                # The seconds refs finish with their task and carry its error, so waiting on them alone
+                # fails fast without copying every result (the Rollout, log-probs) to the driver.
+                wait_fail_fast([r for _, p in launched for r in p.times])
                 for call, pending in launched:
                     _add(result.timing, timing_name(call), pending.seconds())
                     value = pending.result()
