@@ -157,6 +157,8 @@ def step_work(spec: str | Path, overrides: list[str] | None = None) -> StepWork:
     if errors:
         raise SystemExit(f"{spec} has errors: {errors[:3]}")
     calls = {c.id: c for c in plan.calls}
+    from rlgraph.runtime.roles import actor_loss_kwargs, optim_kwargs
+
     generate = next(c for c in calls.values() if c.kind == "role" and c.method == "generate")
     rollout = plan.role(generate.target)
     n = int(rollout.config.get("n") or 1)
@@ -166,14 +168,7 @@ def step_work(spec: str | Path, overrides: list[str] | None = None) -> StepWork:
             role = plan.role(role.colocate)
         return role.model_path
 
-    def optim(role) -> dict[str, Any]:
-        o = dict(role.config.get("optim") or {})
-        out = {k: o[k] for k in ("lr", "weight_decay", "warmup_steps") if o.get(k) is not None}
-        if o.get("betas") is not None:
-            out["betas"] = tuple(o["betas"])
-        if "grad_clip" in o:
-            out["grad_clip"] = o["grad_clip"] or None
-        return out
+    optim = optim_kwargs  # the runtime's own translation, so the floor trains with the same settings
 
     def update_of(kind: str):
         return next((c for c in calls.values() if c.kind == "role" and c.role_kind == kind and c.method == "update"), None)
@@ -185,19 +180,7 @@ def step_work(spec: str | Path, overrides: list[str] | None = None) -> StepWork:
     actor_role = next(r for r in plan.roles if r.kind == "actor")
     actor_update = update_of("actor")
     kw = actor_update.kwargs
-    clip = kw.get("clip", 0.2)
-    loss = {
-        "clip_low": kw.get("clip_low") if kw.get("clip_low") is not None else clip,
-        "clip_high": kw.get("clip_high") if kw.get("clip_high") is not None else clip,
-        "clip_c": kw.get("clip_c", 3.0),
-        "loss_agg": kw.get("loss_agg", "token-mean"),
-        "kl_loss_coef": kw.get("kl_coef") or 0.0,
-        "policy_loss": kw.get("policy_loss", "vanilla"),
-    }
-    if kw.get("kl_kind"):
-        loss["kl_loss_kind"] = kw["kl_kind"]
-    if actor_role.config.get("entropy_coeff") is not None:
-        loss["entropy_coeff"] = actor_role.config["entropy_coeff"]
+    loss = actor_loss_kwargs(plan, actor_role)
     actor = {"optim": optim(actor_role), "loss": loss, "epochs": kw.get("epochs", 1), "mini_batch": mini(actor_update)}
 
     critic = None

@@ -44,7 +44,7 @@ def sync_source(plan: Plan, rollout: str) -> str | None:
     return next((source for source, target in plan.syncs if target == rollout), None)
 
 
-def _optim(role: RolePlan) -> dict[str, Any]:
+def optim_kwargs(role: RolePlan) -> dict[str, Any]:
     optim = dict(role.config.get("optim") or {})
     kwargs = {key: optim[key] for key in ("lr", "weight_decay", "warmup_steps") if optim.get(key) is not None}
     if optim.get("betas") is not None:
@@ -54,7 +54,7 @@ def _optim(role: RolePlan) -> dict[str, Any]:
     return kwargs
 
 
-def _actor_loss(plan: Plan, role: RolePlan) -> dict[str, Any]:
+def actor_loss_kwargs(plan: Plan, role: RolePlan) -> dict[str, Any]:
     """The loss settings of the actor's `update` call: they are fixed for the run, so the worker owns them."""
     call = update_call(plan, role.name)
     kw = call.kwargs if call else {}
@@ -85,11 +85,11 @@ def worker_specs(plan: Plan, model_paths: dict[str, str]) -> dict[str, WorkerSpe
         path = model_paths.get(role.name)
         if role.kind == "actor":
             specs[role.name] = WorkerSpec(role.name, "actor", "policy",
-                                          {"model_path": path, "trainable": True, **common, **_optim(role), **_actor_loss(plan, role)})
+                                          {"model_path": path, "trainable": True, **common, **optim_kwargs(role), **actor_loss_kwargs(plan, role)})
         elif role.kind == "ref":
             specs[role.name] = WorkerSpec(role.name, "ref", "policy", {"model_path": path, "trainable": False, **common})
         elif role.kind == "critic":
-            specs[role.name] = WorkerSpec(role.name, "critic", "critic", {"model_path": path, **common, **_optim(role)})
+            specs[role.name] = WorkerSpec(role.name, "critic", "critic", {"model_path": path, **common, **optim_kwargs(role)})
         elif role.kind == "reward_model":
             specs[role.name] = WorkerSpec(role.name, "reward_model", "reward_model", {"model_path": path, **common})
         elif role.kind == "rollout":
