@@ -8,7 +8,9 @@
     all    the same call on every replica, for calls whose effect or output is the same on every rank:
            loading weights (weight sync), loading optimizer state. The result is replica 0's.
     one    replica 0 only (rank 0), for calls that read state every replica holds identically: the
-           weights for a sync or a checkpoint, validation's generate.
+           weights for a sync or a checkpoint, validation's generate. On a sharded group (strategy =
+           fsdp) no replica holds the whole model, so the call goes to every replica (each gathers its
+           part in the same collectives) and the result is still replica 0's.
 
 With one replica, split passes its arguments through untouched, so ObjectRefs go straight from the
 producing process to the consuming one without a copy through the driver.
@@ -57,9 +59,14 @@ class Pending:
 
 
 class WorkerGroup:
-    def __init__(self, role: str, kind: str, members: list[Member]) -> None:
+    def __init__(self, role: str, kind: str, members: list[Member], sharded: bool = False) -> None:
         self.role, self.kind = role, kind
         self.members = sorted(members, key=lambda m: m.replica)
+        self.sharded = sharded  # FSDP: calls that need the weights must reach every replica
+
+    def members_for_one(self) -> list[Member]:
+        """Who runs a dispatch-`one` call: rank 0, or every rank of a sharded group (rank 0 first)."""
+        return self.members if self.sharded else self.members[:1]
 
     def __len__(self) -> int:
         return len(self.members)
@@ -90,7 +97,7 @@ class WorkerGroup:
         if mode == "all":
             return self._pending([self._launch(m, method, args, kwargs) for m in self.members], merge=False)
         if mode == "one":
-            return self._pending([self._launch(self.members[0], method, args, kwargs)], merge=False)
+            return self._pending([self._launch(m, method, args, kwargs) for m in self.members_for_one()], merge=False)
         raise ValueError(f"unknown dispatch mode {mode!r}; the modes are {', '.join(DISPATCH_MODES)}")
 
     # the modes by name

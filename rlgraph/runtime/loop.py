@@ -270,9 +270,10 @@ class Trainer:
             refs = []
             for role in self._trained_roles():
                 # dispatch `one`: the replicas of a trained role hold the same weights and optimizer state
-                member = self.lowered.groups[role].members[0]
-                refs.append(member.handle.save.remote(role, str(writer.staging.model_dir(role)),
-                                                      str(writer.staging.optimizer_file(role))))
+                # (sharded: every replica gathers, rank 0 writes)
+                for member in self.lowered.groups[role].members_for_one():
+                    refs.append(member.handle.save.remote(role, str(writer.staging.model_dir(role)),
+                                                          str(writer.staging.optimizer_file(role))))
             rng_refs = {process: handle.rng_state.remote() for process, handle in self.lowered.processes.items()}
             with ray_errors():
                 ray.get(refs)

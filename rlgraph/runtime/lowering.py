@@ -23,7 +23,7 @@ from rlgraph.plan.model import Plan, PoolPlan
 from rlgraph.runtime.errors import ACTOR_NAMES, PlacementError
 from rlgraph.runtime.group import Member, WorkerGroup
 from rlgraph.runtime.process import DeviceProcess, HostedRole
-from rlgraph.runtime.roles import WorkerSpec
+from rlgraph.runtime.roles import WorkerSpec, sharded_roles
 
 DEFAULT_PLACEMENT_TIMEOUT_S = 60.0
 
@@ -133,9 +133,10 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
         lowered.info[process] = ray.get(ref)
 
     roles = {r.name: r for r in plan.roles}
+    sharded = sharded_roles(plan, specs)
     for role in roles:
         members = [Member(lowered.processes[p.process], p.replica, p.process) for p in plan.placements_of(role)]
-        lowered.groups[role] = WorkerGroup(role, roles[role].kind, members)
+        lowered.groups[role] = WorkerGroup(role, roles[role].kind, members, sharded=role in sharded)
     join_data_parallel_groups(plan, lowered, pools, timeout_s)
     return lowered
 
@@ -178,6 +179,8 @@ def join_data_parallel_groups(plan: Plan, lowered: Lowered, pools: dict[str, Poo
         ray.get([lowered.processes[process].init_data_parallel.remote(
             backend, address, port, rank, len(group), local_rank[process], timeout_s)
             for rank, process in enumerate(group)])
+        # strategy = fsdp: shard in the same order on every rank (fully_shard itself communicates nothing)
+        ray.get([lowered.processes[process].shard.remote() for process in group])
 
 
 def target_nodes(pools: dict[str, PoolPlan], used: list[tuple[str, int]]) -> dict[tuple[str, int], str]:

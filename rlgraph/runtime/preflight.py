@@ -39,10 +39,6 @@ def preflight(plan: Plan, *, starting_locally: bool) -> Prepared:
             f"data.train has {len(train)} usable prompts, fewer than one batch of data.batch_size = {batch_size}; "
             "lower the batch size, raise data.max_prompt_length, or add prompts."
         )
-    for role in plan.roles:
-        if role.config.get("strategy") == "fsdp" and role.replicas > 1:
-            notes.append(f"role `{role.name}`: strategy = fsdp runs as ddp in this runtime (every replica holds "
-                         "the whole model; gradients are all-reduced); see docs/runtime.md, Replicas")
     return Prepared(model_paths, tokenizer, train, val, rewards, notes)
 
 

@@ -127,6 +127,19 @@ class DeviceProcess:
             os.environ.update(env)
             dist.init_process_group(backend, init_method="env://", timeout=datetime.timedelta(seconds=timeout_s))
 
+    def shard(self) -> list[str]:
+        """Shard the models of the hosted roles with strategy = fsdp over the group just joined; their names."""
+        from rlgraph.workers import fsdp
+
+        sharded = []
+        for role, worker in self.workers.items():
+            if self.hosted[role].spec.worker != "alias" and getattr(worker, "strategy", "ddp") == "fsdp":
+                with self._reporting(role, "sharding its model (strategy = fsdp)"):
+                    if fsdp.world_size() > 1:
+                        worker.shard()
+                        sharded.append(role)
+        return sharded
+
     def data_parallel_info(self) -> dict[str, Any]:
         """The torch.distributed group this process is in (empty when it is in none)."""
         import torch.distributed as dist
@@ -159,10 +172,12 @@ class DeviceProcess:
 
         with self._reporting(role, f"saving a checkpoint to {model_dir}"):
             worker = self.workers[role]
+            # A sharded worker gathers in both calls (same order on every rank) and hands rank 0 the state.
+            state = worker.optimizer_state() if optimizer_file and getattr(worker, "optim", None) else None
             worker.save(model_dir)
-            if optimizer_file is not None and getattr(worker, "optim", None) is not None:
+            if state:
                 Path(optimizer_file).parent.mkdir(parents=True, exist_ok=True)
-                torch.save(worker.optimizer_state(), optimizer_file)
+                torch.save(state, optimizer_file)
 
     def load_optimizer(self, role: str, optimizer_file: str) -> None:
         import torch

@@ -82,14 +82,21 @@ def worker_specs(plan: Plan, model_paths: dict[str, str]) -> dict[str, WorkerSpe
     processes_of = {role.name: {p.process for p in plan.placements_of(role.name)} for role in plan.roles}
     for index, role in enumerate(plan.roles):
         common = {"seed": seed + 1000 * index, "dtype": _DTYPES[role.config.get("dtype") or "fp32"]}
+        trained = {"strategy": role.config.get("strategy") or "ddp"}
         path = model_paths.get(role.name)
         if role.kind == "actor":
             specs[role.name] = WorkerSpec(role.name, "actor", "policy",
-                                          {"model_path": path, "trainable": True, **common, **optim_kwargs(role), **actor_loss_kwargs(plan, role)})
+                                          {"model_path": path, "trainable": True, **common, **trained, **optim_kwargs(role),
+                                           **actor_loss_kwargs(plan, role)})
         elif role.kind == "ref":
-            specs[role.name] = WorkerSpec(role.name, "ref", "policy", {"model_path": path, "trainable": False, **common})
+            # a frozen role follows its colocation root's strategy (as the memory model counts it)
+            root = plan.role(role.colocate) if role.colocate else None
+            strategy = root.config.get("strategy") or "ddp" if root and root.kind in ("actor", "critic") else "ddp"
+            specs[role.name] = WorkerSpec(role.name, "ref", "policy",
+                                          {"model_path": path, "trainable": False, **common, "strategy": strategy})
         elif role.kind == "critic":
-            specs[role.name] = WorkerSpec(role.name, "critic", "critic", {"model_path": path, **common, **optim_kwargs(role)})
+            specs[role.name] = WorkerSpec(role.name, "critic", "critic",
+                                          {"model_path": path, **common, **trained, **optim_kwargs(role)})
         elif role.kind == "reward_model":
             specs[role.name] = WorkerSpec(role.name, "reward_model", "reward_model", {"model_path": path, **common})
         elif role.kind == "rollout":
@@ -102,6 +109,13 @@ def worker_specs(plan: Plan, model_paths: dict[str, str]) -> dict[str, WorkerSpe
         else:
             raise ValueError(f"role kind {role.kind!r} has no worker in this runtime")
     return specs
+
+
+def sharded_roles(plan: Plan, specs: dict[str, WorkerSpec]) -> set[str]:
+    """Roles whose model is sharded over several replicas (strategy = fsdp), and the rollouts that generate
+    with such a model in place: every call that touches their weights must reach every replica."""
+    sharded = {r.name for r in plan.roles if r.replicas > 1 and specs[r.name].kwargs.get("strategy") == "fsdp"}
+    return sharded | {name for name, spec in specs.items() if spec.worker == "alias" and spec.alias_of in sharded}
 
 
 def _colocated_policy(plan: Plan, rollout: RolePlan, processes_of: dict[str, set[str]]) -> str | None:

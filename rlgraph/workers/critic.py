@@ -34,12 +34,15 @@ class CriticWorker:
         seed: int = 0,
         dtype: torch.dtype | str = torch.float32,
         device: str | torch.device | None = None,
+        strategy: str = "ddp",
     ) -> None:
         from transformers import AutoModel
 
         from rlgraph.models import resolve_model_path
 
         self.device = default_device(device)
+        self.strategy = strategy  # "fsdp": `shard()` once the data-parallel group is up
+        self.sharded = False
         path = resolve_model_path(model_path)
         self.backbone = AutoModel.from_pretrained(path, dtype=as_dtype(dtype)).to(self.device)
         self.backbone.eval()  # no dropout: values at rollout time and in the update must agree
@@ -59,6 +62,18 @@ class CriticWorker:
             grad_clip=grad_clip,
             warmup_steps=warmup_steps,
         )
+
+    def shard(self) -> None:
+        """strategy = fsdp: shard body and head over the data-parallel group (see workers/fsdp.py)."""
+        from rlgraph.workers import fsdp
+
+        fsdp.shard(self.backbone, self.value_head)
+        self.sharded = True
+        self.optim.set_params(self._both().parameters())
+
+    def _both(self) -> torch.nn.Module:
+        # one module over body and head, for the distributed-checkpoint helpers (parameter names as in state_dict)
+        return torch.nn.ModuleDict({"backbone": self.backbone, "value_head": self.value_head})
 
     def predict(self, rollout: Rollout) -> torch.Tensor:
         """Values before each response token, with grad; 0 after EOS. (batch, R)"""
@@ -124,7 +139,14 @@ class CriticWorker:
     # --- weights and checkpoints ---
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Body weights under their own names, head weights under `value_head.`; CPU copies."""
+        """Body weights under their own names, head weights under `value_head.`; CPU copies.
+
+        Sharded, every rank must call it; rank 0 gets the gathered weights, the others {}."""
+        from rlgraph.workers import fsdp
+
+        if self.sharded:
+            body, head = fsdp.full_state_dict(self.backbone), fsdp.full_state_dict(self.value_head)
+            return {**body, **{f"value_head.{k}": v for k, v in head.items()}}
         head = {f"value_head.{k}": v for k, v in self.value_head.state_dict().items()}
         state = {**self.backbone.state_dict(), **head}
         return {name: t.detach().to("cpu", copy=True) for name, t in state.items()}
@@ -136,13 +158,22 @@ class CriticWorker:
         self.value_head.load_state_dict(head)
 
     def save(self, directory: str | Path) -> None:
+        """The body as an HF folder plus `value_head.safetensors`; sharded, every rank calls it and rank 0 writes."""
         from safetensors.torch import save_file
 
-        self.backbone.save_pretrained(directory)
+        from rlgraph.workers import fsdp
+
+        if self.sharded:
+            body, head = fsdp.full_state_dict(self.backbone), fsdp.full_state_dict(self.value_head)
+            if fsdp.rank() != 0:
+                return
+            fsdp.save_pretrained_full(self.backbone, directory, body)
+        else:
+            self.backbone.save_pretrained(directory)
+            head = self.value_head.state_dict()
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(directory)
-        head = {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()}
-        save_file(head, str(Path(directory) / VALUE_HEAD_FILE))
+        save_file({k: v.detach().cpu().contiguous() for k, v in head.items()}, str(Path(directory) / VALUE_HEAD_FILE))
 
     def load(self, directory: str | Path) -> None:
         """Weights of a folder written by `save` (the architecture must match)."""
@@ -158,10 +189,17 @@ class CriticWorker:
         self.value_head.load_state_dict(load_file(str(file), device=str(self.device)))
 
     def optimizer_state(self) -> dict[str, Any]:
-        return self.optim.state_dict()
+        from rlgraph.workers import fsdp
+
+        return fsdp.optimizer_state(self._both(), self.optim) if self.sharded else self.optim.state_dict()
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        self.optim.load_state_dict(state)
+        from rlgraph.workers import fsdp
+
+        if self.sharded:
+            fsdp.load_optimizer_state(self._both(), self.optim, state)
+        else:
+            self.optim.load_state_dict(state)
 
 
 def _maybe_tokenizer(path: str) -> Any:

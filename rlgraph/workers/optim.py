@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
@@ -27,9 +28,16 @@ class Optimization:
         grad_clip: float | None = 1.0,
         warmup_steps: int = 0,
     ) -> None:
-        self.params = [p for p in params if p.requires_grad]
         self.grad_clip = grad_clip
-        self.optimizer = torch.optim.AdamW(self.params, lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+        self.settings = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
+        self.warmup_steps = warmup_steps
+        self.set_params(params)
+
+    def set_params(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """(Re)build AdamW and the schedule over `params`: after `fully_shard` the parameters are new objects."""
+        warmup_steps = self.warmup_steps
+        self.params = [p for p in params if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, **self.settings)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
         )
@@ -83,14 +91,17 @@ class Optimization:
         """Average gradients over data-parallel ranks, clip the norm, then step.
 
         A non-finite norm skips the step (verl does the same); every rank sees the same norm, so all skip.
+        Sharded (FSDP) gradients arrive averaged already, and their norm is computed over the shards.
         """
-        average_gradients(self.params)
+        from rlgraph.workers.fsdp import total_norm
+
+        average_gradients([p for p in self.params if not hasattr(p, "full_tensor")])
         max_norm = self.grad_clip if self.grad_clip and self.grad_clip > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
-        if torch.isfinite(grad_norm):
+        grad_norm = total_norm(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        if math.isfinite(grad_norm):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(grad_norm)
+        return grad_norm
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer and scheduler state: tensors and plain python only."""

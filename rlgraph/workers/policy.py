@@ -37,6 +37,7 @@ class PolicyWorker:
         seed: int = 0,
         dtype: torch.dtype | str = torch.float32,
         device: str | torch.device | None = None,
+        strategy: str = "ddp",
     ) -> None:
         from rlgraph.algos import AGG_MODES, KL_KINDS, get_policy_loss
 
@@ -45,6 +46,8 @@ class PolicyWorker:
         if kl_loss_kind not in KL_KINDS:
             raise ValueError(f"unknown kl_loss_kind {kl_loss_kind!r}; expected one of {', '.join(KL_KINDS)}")
         self.policy_loss_fn = get_policy_loss(policy_loss)
+        self.strategy = strategy  # "fsdp": `shard()` once the data-parallel group is up
+        self.sharded = False
         self.device = default_device(device)
         self.module, self.tokenizer = load_causal_lm(model_path, as_dtype(dtype), self.device)
         # Dropout off in every role: the ratio new/old must compare the same function.
@@ -70,6 +73,16 @@ class PolicyWorker:
             )
         else:
             self.module.requires_grad_(False)
+
+    def shard(self) -> None:
+        """strategy = fsdp: shard the model over the data-parallel group (see workers/fsdp.py)."""
+        from rlgraph.workers import fsdp
+
+        fsdp.shard(self.module)
+        self.sharded = True
+        self.rollout.synced = True  # every rank steps `generate` until all ranks are done
+        if self.optim is not None:
+            self.optim.set_params(self.module.parameters())
 
     # --- scoring ---
 
@@ -182,27 +195,52 @@ class PolicyWorker:
     # --- weights and checkpoints ---
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """A CPU copy of the weights, for weight sync through the object store."""
+        """A CPU copy of the weights, for weight sync through the object store (sharded: rank 0's, gathered)."""
+        from rlgraph.workers import fsdp
+
+        if self.sharded:
+            return fsdp.full_state_dict(self.module)
         return {name: t.detach().to("cpu", copy=True) for name, t in self.module.state_dict().items()}
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        if self.sharded:
+            raise RuntimeError("a sharded policy is trained in place; weights are not loaded into it")
         self.module.load_state_dict(state_dict)
 
     def save(self, directory: str | Path) -> None:
-        """An HF folder that `PolicyWorker(directory, ...)` (or `from_pretrained`) loads back."""
-        self.module.save_pretrained(directory)
+        """An HF folder that `PolicyWorker(directory, ...)` (or `from_pretrained`) loads back.
+
+        Sharded, every rank must call it: the weights are gathered and rank 0 writes."""
+        from rlgraph.workers import fsdp
+
+        if not self.sharded:
+            self.module.save_pretrained(directory)
+        else:
+            state = fsdp.full_state_dict(self.module)
+            if fsdp.rank() != 0:
+                return
+            fsdp.save_pretrained_full(self.module, directory, state)
         self.tokenizer.save_pretrained(directory)
 
     def optimizer_state(self) -> dict[str, Any]:
-        """Optimizer and LR-scheduler state; tensors and plain python only (torch.load(weights_only=True))."""
+        """Optimizer and LR-scheduler state; tensors and plain python only (torch.load(weights_only=True)).
+
+        Sharded: the whole state, gathered on rank 0 ({} on the others); every rank must call it."""
+        from rlgraph.workers import fsdp
+
         if self.optim is None:
             raise RuntimeError("a PolicyWorker built with trainable=False has no optimizer")
-        return self.optim.state_dict()
+        return fsdp.optimizer_state(self.module, self.optim) if self.sharded else self.optim.state_dict()
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        from rlgraph.workers import fsdp
+
         if self.optim is None:
             raise RuntimeError("a PolicyWorker built with trainable=False has no optimizer")
-        self.optim.load_state_dict(state)
+        if self.sharded:
+            fsdp.load_optimizer_state(self.module, self.optim, state)
+        else:
+            self.optim.load_state_dict(state)
 
 
 def default_device(device: str | torch.device | None) -> torch.device:

@@ -24,6 +24,7 @@ class HFRollout:
     ) -> None:
         self.module = module
         self.tokenizer = tokenizer
+        self.synced = False  # set on a sharded (FSDP) module: every rank steps until all ranks are done
         self.eos_token_ids = _eos_ids(module, tokenizer) if eos_token_id is None else _as_list(eos_token_id)
         pad = tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else (self.eos_token_ids[0] if self.eos_token_ids else None)
@@ -73,7 +74,9 @@ class HFRollout:
             self.module.generation_config = GenerationConfig()
         try:
             with _seeded(seed, device):
-                output = self.module.generate(input_ids=prompts, attention_mask=prompt_mask, generation_config=config)
+                synced = {"synced_gpus": True} if self.synced else {}
+                output = self.module.generate(input_ids=prompts, attention_mask=prompt_mask, generation_config=config,
+                                              **synced)
         finally:
             self.module.train(was_training)
             if model_defaults is not None:

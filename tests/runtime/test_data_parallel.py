@@ -78,3 +78,75 @@ def test_two_replicas_make_the_same_ppo_update_as_one(ray_session, arith_model):
         assert all(torch.equal(rank0[k], rank1[k]) for k in rank0), role  # the replicas agree bit for bit
         for k in one:
             torch.testing.assert_close(rank0[k], one[k], rtol=1e-4, atol=2e-6, msg=f"{role}.{k}")
+
+
+def fsdp_plan(replicas: int):
+    return plan_from_spec(SPECS / "ppo_arith.rl", f"main.devices_per_node={replicas}", f"actor.replicas={replicas}",
+                          f"data.batch_size={BATCH}", "actor.strategy=fsdp", "critic.strategy=fsdp")
+
+
+def test_fsdp_two_replicas_shard_and_make_the_same_ppo_update_as_one(ray_session, arith_model, tmp_path):
+    """strategy = fsdp: fully_shard over a gloo group of 2. Generation (synced across ranks), log-probs,
+    the update, the gathered weights and a checkpoint all work, and the update equals 1 replica's."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    with seq_mean(Started(ppo_plan(1))) as single, seq_mean(Started(fsdp_plan(2))) as sharded:
+        actor = sharded.lowered.groups["actor"]
+        assert actor.sharded and sharded.lowered.groups["rollout"].sharded and sharded.lowered.groups["ref"].sharded
+        sharded_flags = ray.get([m.handle.call.remote("actor", "__getattribute__", "sharded") for m in actor.members])
+        assert [flag for flag, _seconds in sharded_flags] == [True, True]
+
+        # --- generation on sharded weights: each rank its own prompts; ranks whose rows end early keep stepping
+        prompts = [single.prepared.train[i] for i in range(BATCH)]
+        half = BATCH // 2
+        per_replica = [((prompts[:half], 4), {"seed": 1, "max_new_tokens": 4}),
+                       ((prompts[half:], 4), {"seed": 2, "max_new_tokens": 4})]
+        generated = sharded.lowered.groups["rollout"].call_each("generate", per_replica).result()
+        assert len(generated) == BATCH * 4
+        # validation's dispatch `one` reaches both ranks of a sharded group and returns rank 0's answer
+        greedy = ray.get(sharded.lowered.groups["rollout"].one("generate", prompts, 1, do_sample=False,
+                                                                 max_new_tokens=4, seed=0).result())
+        greedy_one = ray.get(single.lowered.groups["rollout"].one("generate", prompts, 1, do_sample=False,
+                                                                   max_new_tokens=4, seed=0).result())
+        assert torch.equal(greedy.responses, greedy_one.responses)
+
+        rollout = ray.get(single.lowered.groups["rollout"].call("generate", prompts, 4, seed=1,
+                                                                max_new_tokens=4).result())
+        old_log_prob = ray.get(single.lowered.groups["actor"].call("log_prob", rollout).result())
+        values = ray.get(single.lowered.groups["critic"].call("values", rollout).result())
+        assert torch.allclose(actor.call("log_prob", rollout).result(), old_log_prob, atol=1e-5)
+        g = torch.Generator().manual_seed(0)
+        advantages = torch.randn(old_log_prob.shape, generator=g)
+        returns = values + torch.randn(values.shape, generator=g)
+
+        common = {"epochs": 2, "mini_batch_size": None, "micro_batch_size": None, "shuffle": False}
+        updates = {}
+        for started in (single, sharded):
+            groups = started.lowered.groups
+            a = groups["actor"].call("update", rollout, old_log_prob, advantages, **common, temperature=1.0)
+            c = groups["critic"].call("update", rollout, values, returns, **common, cliprange_value=0.5,
+                                      loss_agg="seq-mean-token-mean")
+            metrics = {**_value(a.result()), **_value(c.result())}
+            # dispatch `one` on the sharded group gathers the whole weights onto rank 0
+            weights = {role: _value(groups[role].one("state_dict").result()) for role in ("actor", "critic")}
+            updates[started is sharded] = metrics, weights
+
+        # --- a checkpoint of the sharded actor: every rank gathers, rank 0 writes a plain HF folder
+        folder = tmp_path / "actor"
+        ray.get([m.handle.save.remote("actor", str(folder), str(tmp_path / "actor_optim.pt"))
+                 for m in actor.members_for_one()])
+
+    (m1, s1), (m2, s2) = updates[False], updates[True]
+    for name in ("actor/pg_loss", "critic/vf_loss", "actor/grad_norm", "critic/grad_norm"):
+        assert m2[name] == pytest.approx(m1[name], rel=1e-4, abs=1e-6), name
+    for role in ("actor", "critic"):
+        assert s2[role].keys() == s1[role].keys()
+        for k in s1[role]:
+            torch.testing.assert_close(s2[role][k], s1[role][k], rtol=1e-4, atol=2e-6, msg=f"{role}.{k}")
+    saved = AutoModelForCausalLM.from_pretrained(folder)
+    assert saved.config.architectures == ["LlamaForCausalLM"]
+    torch.testing.assert_close(load_file(str(folder / "model.safetensors"))["model.embed_tokens.weight"],
+                               s2["actor"]["model.embed_tokens.weight"])
+    optim = torch.load(tmp_path / "actor_optim.pt", weights_only=True)
+    assert optim["full"] and optim["optimizer"]["state"]  # the whole AdamW state, keyed by parameter name

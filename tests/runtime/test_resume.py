@@ -26,13 +26,19 @@ def weights(folder):
     return out
 
 
-def test_resumed_run_ends_bit_identical(run_cli, runs):
-    full, part = runs / "full", runs / "part"
-    code, out = run_cli(SPEC, "--output", full, *fast(steps=4, checkpoint_every=2))
+FSDP = ("-s", "main.devices_per_node=2", "-s", "actor.replicas=2", "-s", "actor.strategy=fsdp",
+        "-s", "critic.strategy=fsdp")  # sharded: every rank gathers, rank 0 writes the whole state
+
+
+@pytest.mark.parametrize("layout", [(), FSDP], ids=["one-replica", "fsdp-2-replicas"])
+def test_resumed_run_ends_bit_identical(run_cli, runs, layout):
+    suffix = "-fsdp" if layout else ""  # the one-replica run's folders are reused by the tests below
+    full, part = runs / f"full{suffix}", runs / f"part{suffix}"
+    code, out = run_cli(SPEC, "--output", full, *fast(steps=4, checkpoint_every=2), *layout)
     assert code == 0, out
-    code, out = run_cli(SPEC, "--output", part, *fast(steps=2, checkpoint_every=2))
+    code, out = run_cli(SPEC, "--output", part, *fast(steps=2, checkpoint_every=2), *layout)
     assert code == 0, out
-    code, out = run_cli(SPEC, "--output", part, *fast(steps=4, checkpoint_every=2))
+    code, out = run_cli(SPEC, "--output", part, *fast(steps=4, checkpoint_every=2), *layout)
     assert code == 0, out
     assert "resuming from" in out and "step 2" in out
 
