@@ -77,16 +77,20 @@ def floor_loop(spec: str, steps: int, overrides: list[str]) -> dict[str, Any]:
         prompts = [dict(zip(batch, values)) for values in zip(*batch.values())]
         # --- gen
         t = clock()
-        rollout = actor.generate(prompts, work.n, seed=int(torch.randint(0, 2**62, (1,), generator=seeds)), **sampling)
+        rollout = actor.generate(prompts, work.n, seed=int(torch.randint(0, 2**62, (1,), generator=seeds)), **sampling,
+                                 with_log_probs=work.keep_sample_log_probs)
         timing["gen"] = clock() - t
         # --- reward
         t = clock()
         scores = reward.score(rollout)  # (batch, R)
         timing["reward"] = clock() - t
         # --- old_log_prob, ref, values
-        t = clock()
-        old_log_prob = actor.log_prob(rollout, micro_batch_size=mb.get("actor"), temperature=temperature)
-        timing["old_log_prob"] = clock() - t
+        if work.keep_sample_log_probs:  # kept by generate, as the spec asks
+            old_log_prob = rollout.sample_log_probs
+        else:
+            t = clock()
+            old_log_prob = actor.log_prob(rollout, micro_batch_size=mb.get("actor"), temperature=temperature)
+            timing["old_log_prob"] = clock() - t
         ref_log_prob = values = None
         if ref is not None:
             t = clock()

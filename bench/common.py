@@ -123,6 +123,7 @@ class StepWork:
     ref: bool
     critic: dict[str, Any] | None
     micro_batch: dict[str, int | None] = field(default_factory=dict)
+    keep_sample_log_probs: bool = False  # `generate -> responses, old_log_prob`: no separate old_log_prob pass
 
     @property
     def samples(self) -> int:
@@ -198,6 +199,7 @@ def step_work(spec: str | Path, overrides: list[str] | None = None) -> StepWork:
         temperature=float(rollout.config.get("temperature", 1.0)), top_p=float(rollout.config.get("top_p", 1.0)),
         top_k=int(rollout.config.get("top_k", 0)), seed=int(plan.train.get("seed", 0)), train=plan.data["train"],
         val=plan.data.get("val"), max_prompt_length=plan.data.get("max_prompt_length"),
+        keep_sample_log_probs=len(generate.outputs) > 1,
         estimator=estimator.target, estimator_kwargs={k: v for k, v in estimator.kwargs.items() if v is not None},
         kl_in_reward={"coef": kl.kwargs.get("coef", 0.001), "kind": kl.kwargs.get("kind", "k1")} if kl else None,
         actor=actor, ref=any(r.kind == "ref" for r in plan.roles), critic=critic,

@@ -52,8 +52,9 @@ _UPDATE_COMMON = {
 # ---- role methods, by role kind ---------------------------------------------------------
 ROLE_METHODS: dict[str, dict[str, Signature]] = {
     "rollout": {
-        "generate": Signature("generate", "sample `n` responses per prompt",
-                              (Port("prompts", "prompts"),), (Port("responses", "responses"),)),
+        "generate": Signature("generate", "sample `n` responses per prompt (and keep their log-probs, if named)",
+                              (Port("prompts", "prompts"),), (Port("responses", "responses"), Port("log_prob", _TOKEN)),
+                              min_outputs=1),
     },
     "actor": {
         "log_prob": Signature("log_prob", "log-probabilities of the responses under the current policy",

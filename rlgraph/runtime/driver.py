@@ -93,6 +93,11 @@ class Fields:
         self.cache: dict[str, Any] = {}
         self.refs: dict[str, ray.ObjectRef] = {}
         self.semantic: dict[str, Any] = {}
+        self.sample_log_probs: dict[str, str] = {}  # field -> the rollout field whose sample_log_probs it is
+
+    def set_sample_log_probs(self, name: str, rollout_field: str) -> None:
+        """`name` is the log-probs kept inside the rollout `rollout_field`: read from there when needed."""
+        self.sample_log_probs[name] = rollout_field
 
     def set(self, name: str, value: Any, port: str | None = None) -> None:
         self.values[name] = value
@@ -102,6 +107,8 @@ class Fields:
             self.semantic[port] = value
 
     def local(self, name: str) -> Any:
+        if name in self.sample_log_probs:
+            return self.local(self.sample_log_probs[name]).sample_log_probs
         if name not in self.cache:
             value = self.values[name]
             with ray_errors():
@@ -109,12 +116,20 @@ class Fields:
         return self.cache[name]
 
     def arg(self, name: str) -> Any:
+        if name in self.sample_log_probs:
+            name = self._materialize(name)
         value = self.values[name]
         if isinstance(value, ray.ObjectRef):
             return value
         if name not in self.refs:
             self.refs[name] = ray.put(value)
         return self.refs[name]
+
+
+    def _materialize(self, name: str) -> str:
+        self.values[name] = self.cache[name] = self.local(name)
+        del self.sample_log_probs[name]
+        return name
 
 
 @dataclass
@@ -184,8 +199,11 @@ class StepDriver:
                     value = pending.result()
                     if call.method == "update":
                         result.metrics.update(ray.get(value) if isinstance(value, ray.ObjectRef) else value)
-                    for _, name in call.outputs:
-                        fields.set(name, value)
+                    for port, name in call.outputs:
+                        if call.method == "generate" and port == "log_prob":
+                            fields.set_sample_log_probs(name, self.responses_field)
+                        else:
+                            fields.set(name, value)
             result.stages.append(time.perf_counter() - stage_start)
 
         rollout = fields.local(self.responses_field)
@@ -224,9 +242,11 @@ class StepDriver:
                 raise RunError(f"a batch of {len(prompts)} prompts cannot be split evenly between the {k} replicas "
                                f"of `{call.target}`; make data.batch_size a multiple of {k}")
             size = len(prompts) // k
+            keep = {"with_log_probs": True} if len(call.outputs) > 1 else {}  # `-> responses, log_prob`
             per_replica = [
                 ((prompts[i * size : (i + 1) * size], self.n),
-                 {**self.sampling, "seed": derive_seed(self.seed, step, f"generate/{i}"), "uid_offset": i * size})
+                 {**self.sampling, "seed": derive_seed(self.seed, step, f"generate/{i}"), "uid_offset": i * size,
+                  **keep})
                 for i in range(k)
             ]
             return group.call_each("generate", per_replica)
@@ -244,7 +264,10 @@ class StepDriver:
                 "shuffle_seed": derive_seed(self.seed, step, f"update/{call.target}"),
             }
             if call.role_kind == "actor":
-                args = [rollout, as_arg(ports["old_log_prob"]), as_arg(ports["advantages"])]
+                # old log-probs kept by generate travel inside the rollout the update gets anyway
+                old = ports["old_log_prob"]
+                kept = fields.sample_log_probs.get(old) == self.responses_field
+                args = [rollout, None if kept else as_arg(old), as_arg(ports["advantages"])]
                 if ports.get("ref_log_prob"):
                     args.append(as_arg(ports["ref_log_prob"]))
                 return group.call("update", *args, **common, temperature=self.temperature)

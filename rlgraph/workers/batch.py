@@ -34,6 +34,9 @@ class Rollout:
     prompt_text: list[str]
     response_text: list[str]  # decoded without special tokens, cut at EOS
     pad_token_id: int = 0  # fills the padded columns; kept so `concat` can re-pad
+    # (batch, R) float32 log-probs of the sampled tokens under the weights that sampled them (T applied),
+    # 0 after EOS; kept by `generate(with_log_probs=True)` so the step need not recompute them
+    sample_log_probs: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         batch = self.prompts.shape[0]
@@ -58,7 +61,8 @@ class Rollout:
         rows = index.tolist()
         fields = {name: getattr(self, name)[index.to(getattr(self, name).device)] for name in TENSOR_FIELDS}
         fields.update({name: [getattr(self, name)[i] for i in rows] for name in LIST_FIELDS})
-        return Rollout(**fields, pad_token_id=self.pad_token_id)
+        log_probs = None if self.sample_log_probs is None else self.sample_log_probs[index]
+        return Rollout(**fields, pad_token_id=self.pad_token_id, sample_log_probs=log_probs)
 
     def split(self, k: int) -> list[Rollout]:
         """`k` equal contiguous chunks (one per data-parallel rank)."""
@@ -86,9 +90,13 @@ class Rollout:
             [_pad_columns(p.attention_mask[:, : p.prompt_length], prompt_len, 0, left=True) for p in parts]
         )
         lists = {name: [x for p in parts for x in getattr(p, name)] for name in LIST_FIELDS}
-        return cls.build(
+        joined = cls.build(
             torch.cat(prompts), prompt_mask, torch.cat(responses), torch.cat(response_masks), pad_id, **lists
         )
+        if all(p.sample_log_probs is not None for p in parts):
+            joined.sample_log_probs = torch.cat([_pad_columns(p.sample_log_probs, response_len, 0, left=False)
+                                                 for p in parts])
+        return joined
 
     @classmethod
     def build(
@@ -115,16 +123,17 @@ class Rollout:
 
     def to(self, device: torch.device | str) -> Rollout:
         moved = {name: getattr(self, name).to(device) for name in TENSOR_FIELDS}
-        return dataclasses.replace(self, **moved)
+        return dataclasses.replace(self, **moved)  # sample_log_probs stay on the CPU: only the driver reads them
 
     def to_dict(self) -> dict[str, Any]:
         """Tensors and plain python only (safe for `torch.load(weights_only=True)`)."""
         data = {name: getattr(self, name) for name in TENSOR_FIELDS + LIST_FIELDS}
-        return data | {"pad_token_id": self.pad_token_id}
+        return data | {"pad_token_id": self.pad_token_id, "sample_log_probs": self.sample_log_probs}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Rollout:
-        return cls(**{name: data[name] for name in TENSOR_FIELDS + LIST_FIELDS + ("pad_token_id",)})
+        names = TENSOR_FIELDS + LIST_FIELDS + ("pad_token_id",)
+        return cls(**{name: data[name] for name in names}, sample_log_probs=data.get("sample_log_probs"))
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -119,7 +119,7 @@ class PolicyWorker:
     def update(
         self,
         rollout: Rollout,
-        old_log_prob: torch.Tensor,
+        old_log_prob: torch.Tensor | None,
         advantages: torch.Tensor,
         ref_log_prob: torch.Tensor | None = None,
         *,
@@ -130,8 +130,15 @@ class PolicyWorker:
         shuffle_seed: int | None = None,
         temperature: float = 1.0,
     ) -> dict[str, float]:
-        """One PPO training step on this rollout. Batch sizes count samples (rows), not prompts."""
+        """One PPO training step on this rollout. Batch sizes count samples (rows), not prompts.
+
+        `old_log_prob` None: the log-probs kept at sampling time (`rollout.sample_log_probs`)."""
         from rlgraph.algos import agg_loss, entropy_from_logits, kl_penalty
+
+        if old_log_prob is None:
+            if rollout.sample_log_probs is None:
+                raise ValueError("update without old_log_prob needs a rollout generated with_log_probs=True")
+            old_log_prob = rollout.sample_log_probs
 
         if self.optim is None:
             raise RuntimeError("a PolicyWorker built with trainable=False (a reference policy) cannot update")

@@ -44,8 +44,15 @@ class HFRollout:
         do_sample: bool = True,
         seed: Seed = None,
         uid_offset: int = 0,
+        with_log_probs: bool = False,
     ) -> Rollout:
-        """Sample `n` responses per item; rows of one item are adjacent, `uid` = uid_offset + item index."""
+        """Sample `n` responses per item; rows of one item are adjacent, `uid` = uid_offset + item index.
+
+        `with_log_probs` keeps log pi(token) of each sampled token as the Rollout's `sample_log_probs`,
+        from the raw logits of generation divided by the temperature: what `PolicyWorker.log_prob` would
+        recompute from the same weights (to float32 rounding: KV-cached steps vs one full pass), before
+        any top-k / top-p truncation, as verl and TRL define the old log-probs.
+        """
         from transformers import GenerationConfig
 
         if n < 1 or max_new_tokens < 1:
@@ -64,6 +71,8 @@ class HFRollout:
             pad_token_id=self.pad_token_id,
             eos_token_id=self.eos_token_ids,
             use_cache=True,
+            return_dict_in_generate=with_log_probs,
+            output_logits=with_log_probs,
             **sampling,
         )
         # HF fills every setting left unset from the model's own generation_config (a shipped
@@ -74,14 +83,17 @@ class HFRollout:
             self.module.generation_config = GenerationConfig()
         try:
             with _seeded(seed, device):
-                synced = {"synced_gpus": True} if self.synced else {}
+                extra = {"synced_gpus": True} if self.synced else {}
                 output = self.module.generate(input_ids=prompts, attention_mask=prompt_mask, generation_config=config,
-                                              **synced)
+                                              **extra)
         finally:
             self.module.train(was_training)
             if model_defaults is not None:
                 self.module.generation_config = model_defaults
 
+        logits = None
+        if with_log_probs:
+            output, logits = output.sequences, output.logits  # logits: one (batch, vocab) per generated step
         # --- responses: exactly max_new_tokens columns, pad after EOS
         responses = output[:, prompts.shape[1] :]
         responses = responses[:, :max_new_tokens]
@@ -90,6 +102,17 @@ class HFRollout:
             responses = torch.cat([responses, fill], dim=1)  # (batch, R)
         response_mask = mask_after_eos(responses, self.eos_token_ids)  # (batch, R)
         responses = responses.masked_fill(response_mask == 0, self.pad_token_id)
+
+        sample_log_probs = None
+        if logits is not None:
+            steps = torch.stack(logits[:max_new_tokens], dim=1).float()  # (batch, generated, vocab)
+            if not greedy and temperature != 1.0:
+                steps = steps / temperature
+            taken = responses[:, : steps.shape[1]].to(steps.device)
+            picked = torch.log_softmax(steps, dim=-1).gather(-1, taken.unsqueeze(-1)).squeeze(-1)  # (batch, generated)
+            sample_log_probs = torch.zeros(responses.shape, dtype=torch.float32)  # (batch, R)
+            sample_log_probs[:, : picked.shape[1]] = picked.cpu()
+            sample_log_probs *= response_mask.cpu()
 
         lengths = response_mask.sum(dim=1).tolist()
         response_text = self.tokenizer.batch_decode(
@@ -104,7 +127,7 @@ class HFRollout:
             for item in items
             for _ in range(n)
         ]
-        return Rollout.build(
+        rollout = Rollout.build(
             prompts,
             prompt_mask,
             responses,
@@ -117,6 +140,8 @@ class HFRollout:
             prompt_text=prompt_text,
             response_text=response_text,
         )
+        rollout.sample_log_probs = sample_log_probs
+        return rollout
 
 
 def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

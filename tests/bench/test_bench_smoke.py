@@ -63,7 +63,8 @@ def test_floor_runs_both_sides(smoke_runs):
 def test_profile_splits_the_step(smoke_runs):
     (res,) = _result(smoke_runs, "profile")["results"]
     m = res["medians_s"]
-    assert m["step"] > 0 and m["worker compute"] > 0 and res["role_calls_per_step"] == 4
+    # grpo_arith: generate (keeping the old log-probs), ref.log_prob, actor.update
+    assert m["step"] > 0 and m["worker compute"] > 0 and res["role_calls_per_step"] == 3
 
 
 def test_overhead_measures_a_ray_call(smoke_runs):

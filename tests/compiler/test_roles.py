@@ -62,7 +62,25 @@ def test_actor_update_old_log_prob_from_the_reference_policy(tmp_path):
     assert d.message == ("`actor.update` needs the log-probs of `actor` itself as `old_log_prob`, but `ref_log_prob` "
                          "comes from `ref.log_prob`")
     assert d.label == "from `ref.log_prob`"
-    assert d.hints == ("pass the output of `responses -> actor.log_prob -> old_log_prob`",)
+    assert d.hints == ("pass the output of `responses -> actor.log_prob -> old_log_prob`, or keep them from a "
+                       "rollout synced from `actor`: `generate -> responses, old_log_prob`",)
+
+
+KEPT = GRPO_STEP.replace("-> rollout.generate -> responses", "-> rollout.generate -> responses, old_log_prob").replace(
+    "  responses -> actor.log_prob -> old_log_prob\n", "")
+
+
+def test_old_log_prob_kept_by_a_rollout_the_actor_syncs_into(tmp_path):
+    """The hybrid engine samples with the actor's weights, so generation's log-probs are the actor's own."""
+    assert found(compile_text(tmp_path, spec("  sync actor -> rollout\n" + KEPT))) == []
+
+
+def test_old_log_prob_kept_by_a_rollout_without_the_actor_weights(tmp_path):
+    text = spec(KEPT)  # no `sync actor -> rollout`: the rollout's log-probs are not the actor's
+    result = compile_text(tmp_path, text)
+    d = next(d for d in result.diagnostics if d.code == "algorithm" and "old_log_prob" in d.message)
+    assert d.message == ("`actor.update` needs the log-probs of `actor` itself as `old_log_prob`, but `old_log_prob` "
+                         "comes from `rollout.generate`")
 
 
 def test_actor_update_old_log_prob_from_another_actor(tmp_path):

@@ -185,3 +185,25 @@ def test_bfloat16_log_probs_are_float32_and_close(actor, rollout, tiny_model_dir
     torch.testing.assert_close(low[mask], actor.log_prob(rollout)[mask], atol=0.1, rtol=0.05)
     with pytest.raises(ValueError, match="temperature > 0"):
         ref.log_prob(rollout, temperature=0.0)
+
+
+@pytest.mark.parametrize("temperature, top_k", [(1.0, 0), (0.7, 3)])
+def test_log_probs_kept_from_generation_equal_the_recomputed_ones(actor, tokenizer, temperature, top_k):
+    """`generate(with_log_probs=True)` keeps what `log_prob` would recompute: the same samples, and log-probs
+    of the untruncated distribution at the temperature (top-k only limits which tokens are drawn)."""
+    items = make_items(PROMPTS, tokenizer)
+    kept = actor.generate(items, n=3, max_new_tokens=5, seed=7, temperature=temperature, top_k=top_k,
+                          with_log_probs=True)
+    plain = actor.generate(items, n=3, max_new_tokens=5, seed=7, temperature=temperature, top_k=top_k)
+    assert torch.equal(kept.responses, plain.responses) and plain.sample_log_probs is None
+    recomputed = actor.log_prob(kept, temperature=temperature)
+    mask = kept.response_mask.bool()
+    torch.testing.assert_close(kept.sample_log_probs[mask], recomputed[mask], rtol=0, atol=1e-4)
+    assert (kept.sample_log_probs[~mask] == 0).all()
+    # they travel with the rows: split and joined again, as the data-parallel dispatch does
+    joined = Rollout.concat(kept.split(2))
+    assert torch.equal(joined.sample_log_probs, kept.sample_log_probs)
+    # and an update reads them when no old_log_prob is given
+    before = {k: v.clone() for k, v in actor.module.state_dict().items()}
+    actor.update(kept, None, torch.ones_like(recomputed), epochs=1, shuffle=False, temperature=temperature)
+    assert any(not torch.equal(before[k], v) for k, v in actor.module.state_dict().items())

@@ -51,9 +51,16 @@ def _called(program: Program, role: Decl) -> list[Diagnostic]:
 def _actor_update(program: Program, graph: StepGraph, node: CallNode) -> list[Diagnostic]:
     actor = node.target
     refs = [r.name for r in program.roles.values() if r.kind == "ref"] or ["ref"]
-    out = expect_producer(graph, node, "old_log_prob", f"the log-probs of `{actor}` itself",
-                          is_call("actor", "log_prob", actor),
-                          f"pass the output of `responses -> {actor}.log_prob -> old_log_prob`")
+    synced = {edge.target for edge in graph.syncs if edge.source == actor}
+
+    def own_log_probs(call: CallNode) -> bool:
+        # recomputed by the actor, or kept by a rollout that samples from the actor's synced weights
+        return is_call("actor", "log_prob", actor)(call) or (is_call("rollout", "generate")(call)
+                                                              and call.target in synced)
+
+    out = expect_producer(graph, node, "old_log_prob", f"the log-probs of `{actor}` itself", own_log_probs,
+                          f"pass the output of `responses -> {actor}.log_prob -> old_log_prob`, or keep them "
+                          f"from a rollout synced from `{actor}`: `generate -> responses, old_log_prob`")
     out += expect_producer(graph, node, "advantages", "the output of an advantage estimator", is_estimator,
                            "pass the `advantages` of an estimator such as `gae` or `grpo_advantage`")
     out += expect_producer(graph, node, "ref_log_prob", "the log-probs of a reference policy",
