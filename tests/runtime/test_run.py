@@ -22,7 +22,7 @@ def cpu_specs() -> list[str]:
 
 
 EXPECTED = [
-    "training/global_step", "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/adv",
+    "training/global_step", "timing_s/gen", "timing_s/reward", "timing_s/adv",
     "timing_s/update_actor", "timing_s/update_weights", "timing_s/step", "critic/score/mean",
     "critic/rewards/mean", "critic/advantages/mean", "response_length/mean", "actor/pg_loss",
     "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm", "actor/lr",
@@ -46,6 +46,9 @@ def test_each_cpu_spec_trains_two_steps(spec, run_cli, tmp_path):
         assert {"timing_s/values", "timing_s/update_critic", "critic/vf_loss", "critic/values/mean"} <= set(records[-1])
     if any(r["kind"] == "ref" for r in plan["roles"]):
         assert "timing_s/ref" in records[-1]
+    # old log-probs recomputed by the actor, or kept by generate (`-> responses, old_log_prob`: no such stage)
+    recomputes = any(c["method"] == "log_prob" and c["target"] == "actor" for c in plan["calls"])
+    assert ("timing_s/old_log_prob" in records[-1]) == recomputes
     assert (run_dir / "spec" / spec).is_file() and (run_dir / "overrides.txt").read_text().startswith("train.steps=2")
     assert (run_dir / "checkpoints" / "step_2" / "actor" / "config.json").is_file()
     assert (run_dir / "curves.png").is_file()
