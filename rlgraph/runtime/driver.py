@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+import torch
 
 from rlgraph.plan.model import CallPlan, Plan
 from rlgraph.runtime.errors import ACTOR_NAMES, ProcessDiedError, RunError, WorkerError
@@ -29,6 +30,9 @@ from rlgraph.runtime.lowering import Lowered
 from rlgraph.runtime.metrics import batch_metrics, timing_name
 from rlgraph.runtime.roles import WorkerSpec, generate_call
 from rlgraph.runtime.transforms import DriverCalls
+
+# Driver-made tensors up to this size go to a call by value (advantages, returns: a few KiB each).
+_BY_VALUE_BYTES = 64 * 1024
 
 # Port meanings the batch metrics read (critic/score, critic/rewards, ...).
 _SEMANTIC_PORTS = ("scores", "rewards", "advantages", "returns", "values")
@@ -121,6 +125,8 @@ class Fields:
         value = self.values[name]
         if isinstance(value, ray.ObjectRef):
             return value
+        if isinstance(value, torch.Tensor) and value.nbytes <= _BY_VALUE_BYTES:
+            return value  # Ray copies a small argument into the task itself: cheaper than a put
         if name not in self.refs:
             self.refs[name] = ray.put(value)
         return self.refs[name]

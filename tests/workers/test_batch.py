@@ -4,7 +4,7 @@ import pickle
 import pytest
 import torch
 
-from rlgraph.workers.batch import Rollout, position_ids_from_mask
+from rlgraph.workers.batch import LIST_FIELDS, TENSOR_FIELDS, Rollout, position_ids_from_mask
 
 
 def make_rollout(prompt_lens=(2, 3, 1, 3), response_lens=(2, 4, 1, 3), pad=0) -> Rollout:
@@ -83,6 +83,25 @@ def test_rollout_pickles_and_loads_with_weights_only():
     buffer.seek(0)
     loaded = Rollout.from_dict(torch.load(buffer, weights_only=True))
     assert torch.equal(loaded.position_ids, rollout.position_ids) and loaded.extra_info == rollout.extra_info
+
+
+def test_a_pickled_rollout_is_its_halves_and_fits_inline_in_ray():
+    """Pickled, the joined tensors are dropped and rebuilt: every field comes back equal, with its dtype,
+    and a GRPO-sized batch (256 rows) stays under Ray's 100 KiB limit for objects passed inline."""
+    small = make_rollout()
+    small.sample_log_probs = torch.randn(small.responses.shape)
+    again = pickle.loads(pickle.dumps(small))
+    for name in ("prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask",
+                 "sample_log_probs"):
+        assert torch.equal(getattr(again, name), getattr(small, name)), name
+        assert getattr(again, name).dtype == getattr(small, name).dtype, name
+    assert again.extra_info == small.extra_info and again.pad_token_id == small.pad_token_id
+
+    big = Rollout.concat([make_rollout()] * 64)  # 256 rows
+    size = len(pickle.dumps(big))
+    assert size < 100 * 1024, size
+    every_field = {name: getattr(big, name) for name in TENSOR_FIELDS + LIST_FIELDS}
+    assert size < 0.6 * len(pickle.dumps(every_field))  # what pickling the dataclass as it is would cost
 
 
 def test_mismatched_rows_are_rejected():
