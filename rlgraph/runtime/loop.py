@@ -76,7 +76,10 @@ def run_plan(
     run_dir.mkdir(parents=True, exist_ok=True)
     starting_locally = not (address or os.environ.get("RAY_ADDRESS")) and not (
         "ray" in sys.modules and ray.is_initialized())
+    startup: dict[str, float] = {}  # the parts of the time to the first step, for the first record
+    clock = time.perf_counter()
     prepared = preflight(plan, starting_locally=starting_locally)
+    startup["startup_s/preflight"] = time.perf_counter() - clock
     for note in prepared.notes:
         console.log(f"[yellow]note[/]: {note}")
 
@@ -102,17 +105,23 @@ def run_plan(
                 model_paths[role.name] = str(resume_from.model_dir(role.name))
     specs = worker_specs(plan, model_paths)
 
+    clock = time.perf_counter()
     with ray_cluster(plan, address) as cluster:
+        startup["startup_s/ray"] = time.perf_counter() - clock
         lowered = Lowered()
         try:
             console.log(f"ray: {cluster.mode} ({cluster.address}); starting {len(plan.processes())} process(es)")
             timeout_s = placement_timeout_s or float(os.environ.get(PLACEMENT_TIMEOUT_ENV) or DEFAULT_PLACEMENT_TIMEOUT_S)
             with ray_errors():
                 lower(plan, specs, lowered, timeout_s=timeout_s)
+            startup.update({f"startup_s/{part}": seconds for part, seconds in lowered.seconds.items()})
             trainer = Trainer(plan, lowered, specs, prepared, run_dir, console)
             if resume_from is not None:
+                clock = time.perf_counter()
                 trainer.restore(resume_from)
-            return trainer.fit(started)
+                startup["startup_s/restore"] = time.perf_counter() - clock
+            startup["startup_s/total"] = time.perf_counter() - started
+            return trainer.fit(started, startup)
         finally:
             console.stop()
             lowered.shutdown()
@@ -166,7 +175,10 @@ class Trainer:
 
     # --- the loop ---
 
-    def fit(self, started: float) -> RunResult:
+    def fit(self, started: float, startup: dict[str, float] | None = None) -> RunResult:
+        """Train to train.steps. `startup` (startup_s/*: preflight, ray, placement, workers, data_parallel,
+        restore, total) goes into the first record this call writes."""
+        startup = dict(startup or {})
         total = int(self.train_cfg.get("steps", 1))
         validate_every = int(self.train_cfg.get("validate_every") or 0)
         checkpoint_every = int(self.train_cfg.get("checkpoint_every") or 0)
@@ -177,8 +189,11 @@ class Trainer:
         last_checkpoint = ckpt.latest_checkpoint(self.run_dir)
 
         if start_step == 0:
+            t = time.perf_counter()
             val = self.validate(0)
-            writer.write({"training/global_step": 0, **val})
+            testing = {"timing_s/testing": time.perf_counter() - t} if val else {}
+            writer.write({"training/global_step": 0, **val, **testing, **startup})
+            startup = {}
             last_val = val.get("val/score/mean", last_val)
         self.console.start(total, start_step)
         self.console.update(start_step, _last(writer.records, "critic/score/mean"), last_val)
@@ -200,6 +215,8 @@ class Trainer:
                 record["timing_s/sync"] = sync  # put once + every rollout replica loads
                 record["timing_s/update_weights"] = sync  # verl's name for the same thing
                 record["timing_s/step"] = step_time
+                record.update(startup)  # a resumed run's first record: how long it took to start again
+                startup = {}
                 record["perf/time_per_step"] = step_time
                 record["perf/throughput"] = result.metrics["perf/total_num_tokens"] / (step_time * max(self.n_devices, 1))
                 # --- validate, checkpoint

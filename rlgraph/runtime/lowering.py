@@ -12,6 +12,7 @@ node, and every wait has a timeout whose error names the pool, the node and what
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,7 @@ class Lowered:
     info: dict[str, dict] = field(default_factory=dict)  # process id -> what setup() reported
     node_ids: dict[tuple[str, int], str] = field(default_factory=dict)  # (pool, plan node) -> the Ray node it got
     groups: dict[str, WorkerGroup] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # how long each part of `lower` took
 
     def process_of(self, role: str, replica: int = 0) -> Any:
         return next(m.handle for m in self.groups[role].members if m.replica == replica)
@@ -83,6 +85,7 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
 
     Fills `lowered` as it goes, so the caller can tear down whatever was made if a step fails.
     """
+    clock = time.perf_counter()
     where = process_placements(plan)
     pools = {p.name: p for p in plan.pools}
     used = sorted({(w.pool, w.node) for w in where.values()})
@@ -108,6 +111,9 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
         with contextlib.suppress(Exception):
             lowered.node_ids[(pool_name, node)] = placement_group_table(pg)["bundles_to_node_id"][0]
 
+    lowered.seconds["placement"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+
     # --- start: one DeviceProcess per device, pinned to its bundle
     remote = ray.remote(DeviceProcess)
     for process, w in where.items():
@@ -127,7 +133,7 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
         roles = ", ".join(f"`{role}` replica {replica}" for role, replica in w.hosted)
         ACTOR_NAMES[handle._actor_id.hex()] = f"process {process} ({roles}) on node {w.node} of pool `{w.pool}`"
 
-    # --- build the workers, all processes at once
+    # --- build the workers, all processes at once (this wait includes starting the processes)
     setups = {process: handle.setup.remote() for process, handle in lowered.processes.items()}
     for process, ref in setups.items():
         lowered.info[process] = ray.get(ref)
@@ -137,7 +143,10 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
     for role in roles:
         members = [Member(lowered.processes[p.process], p.replica, p.process) for p in plan.placements_of(role)]
         lowered.groups[role] = WorkerGroup(role, roles[role].kind, members, sharded=role in sharded)
+    lowered.seconds["workers"] = time.perf_counter() - clock  # processes started, models loaded
+    clock = time.perf_counter()
     join_data_parallel_groups(plan, lowered, pools, timeout_s)
+    lowered.seconds["data_parallel"] = time.perf_counter() - clock
     return lowered
 
 

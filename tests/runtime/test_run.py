@@ -39,6 +39,11 @@ def test_each_cpu_spec_trains_two_steps(spec, run_cli, tmp_path):
     records = read_metrics(run_dir)
     assert [r["training/global_step"] for r in records] == [0, 1, 2]
     assert 0.0 <= records[0]["val/score/mean"] <= 1.0 and "val/score/mean" in records[-1]
+    # the step-0 record says where the time to the first step went
+    parts = ("preflight", "ray", "placement", "workers", "data_parallel")
+    assert all(records[0][f"startup_s/{p}"] >= 0 for p in parts) and records[0]["timing_s/testing"] > 0
+    assert sum(records[0][f"startup_s/{p}"] for p in parts) <= records[0]["startup_s/total"]
+    assert records[0]["startup_s/workers"] > 0.5  # processes started and the models loaded: never instant
     missing = [k for k in EXPECTED if k not in records[-1]]
     assert not missing, missing
     plan = json.loads((run_dir / "plan.json").read_text())
