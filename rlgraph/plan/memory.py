@@ -49,6 +49,9 @@ BUILTIN_MODELS: dict[str, dict] = {
         "max_position_embeddings": 64, "tie_word_embeddings": True,
     },
 }
+# `builtin:arith-rm` (rlgraph/models/build_arith_rm.py) is arith-gpt's body under a one-score head
+# (64 more parameters than the tied LM head it replaces: nothing at this scale).
+BUILTIN_MODELS["builtin:arith-rm"] = BUILTIN_MODELS["builtin:arith-gpt"]
 
 
 @dataclass(frozen=True)
