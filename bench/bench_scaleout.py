@@ -1,4 +1,4 @@
-"""Scale-out on this machine: PPO training throughput with 1 and 2 data-parallel replicas, and the cost
+"""Scale-out on this machine: PPO training throughput with 1 and 2 data-parallel replicas (ddp and fsdp), and the cost
 of weight sync (`timing_s/sync`) with the rollout colocated (hybrid engine) vs on a pool of its own.
 
     .venv/bin/python bench/bench_scaleout.py [--steps 8]     # writes bench/results/scaleout.json
@@ -32,6 +32,8 @@ SEPARATE = SPEC.read_text().replace(
 CONFIGS = {
     "dp1 (colocated)": (SPEC, []),
     "dp2 (colocated)": (SPEC, ["main.devices_per_node=2", "actor.replicas=2"]),
+    "fsdp2 (colocated)": (SPEC, ["main.devices_per_node=2", "actor.replicas=2", "actor.strategy=fsdp",
+                                 "critic.strategy=fsdp"]),
     "dp1, rollout on its own pool": (None, []),
 }
 
