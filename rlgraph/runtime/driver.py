@@ -25,7 +25,7 @@ import torch
 
 from rlgraph.plan.model import CallPlan, Plan
 from rlgraph.runtime.errors import ACTOR_NAMES, ProcessDiedError, RunError, WorkerError
-from rlgraph.runtime.group import Pending
+from rlgraph.runtime.group import Pending, StageBatch
 from rlgraph.runtime.lowering import Lowered
 from rlgraph.runtime.metrics import batch_metrics, timing_name
 from rlgraph.runtime.roles import WorkerSpec, generate_call
@@ -190,7 +190,7 @@ class StepDriver:
             stage_start = time.perf_counter()
             calls = [self.plan.call(call_id) for call_id in stage.calls]
             # --- role calls start first and run in their processes while the driver does its part
-            with ray_errors():
+            with ray_errors(), StageBatch():  # one actor task per process for the stage's calls
                 launched = [(call, self._launch(call, step, fields)) for call in calls if call.kind == "role"]
             for call in calls:
                 if call.kind != "role":

@@ -14,10 +14,16 @@
 
 With one replica, split passes its arguments through untouched, so ObjectRefs go straight from the
 producing process to the consuming one without a copy through the driver.
+
+Calls launched inside `StageBatch()` are sent when the block ends, as one actor task per process
+(`DeviceProcess.call_many`): the calls of a stage that share a process (a colocated spec's
+`actor.log_prob → ref.log_prob → critic.values`) cost one Ray round trip, and the Rollout they all
+read is fetched and unpickled there once.
 """
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +64,61 @@ class Pending:
         return max(ray.get(self.times))
 
 
+class StageBatch:
+    """Queues the group calls launched inside `with StageBatch():` and sends them on exit, one actor task
+    per process. ObjectRef arguments are passed at the task's top level (so Ray resolves them), each
+    once however many of the calls read it."""
+
+    def __init__(self) -> None:
+        self.queue: list[tuple[Member, str, str, tuple, dict]] = []
+        self.pendings: list[Pending] = []
+
+    def __enter__(self) -> StageBatch:
+        self._token = _BATCH.set(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        _BATCH.reset(self._token)
+        if exc_type is None:
+            self.flush()
+
+    def flush(self) -> None:
+        sent: list[tuple[Any, Any]] = [None] * len(self.queue)  # type: ignore[list-item]
+        by_process: dict[str, list[int]] = {}
+        for i, (member, *_rest) in enumerate(self.queue):
+            by_process.setdefault(member.process, []).append(i)
+        for indices in by_process.values():
+            handle = self.queue[indices[0]][0].handle
+            if len(indices) == 1:
+                _, role, method, args, kwargs = self.queue[indices[0]]
+                sent[indices[0]] = tuple(handle.call.options(num_returns=2).remote(role, method, *args, **kwargs))
+                continue
+            flat: list[Any] = []
+            position: dict[Any, int] = {}  # an ObjectRef -> its place in `flat`
+            calls = []
+            for i in indices:
+                _, role, method, args, kwargs = self.queue[i]
+                places = []
+                for arg in args:
+                    if isinstance(arg, ray.ObjectRef) and arg in position:
+                        places.append(position[arg])
+                        continue
+                    if isinstance(arg, ray.ObjectRef):
+                        position[arg] = len(flat)
+                    places.append(len(flat))
+                    flat.append(arg)
+                calls.append((role, method, places, kwargs))
+            refs = handle.call_many.options(num_returns=2 * len(calls)).remote(calls, *flat)
+            for k, i in enumerate(indices):
+                sent[i] = (refs[2 * k], refs[2 * k + 1])
+        for pending in self.pendings:  # placeholders (queue indices) -> the refs
+            pending.results = [sent[i][0] for i in pending.results]
+            pending.times = [sent[i][1] for i in pending.times]
+
+
+_BATCH: contextvars.ContextVar[StageBatch | None] = contextvars.ContextVar("rlgraph_stage_batch", default=None)
+
+
 class WorkerGroup:
     def __init__(self, role: str, kind: str, members: list[Member], sharded: bool = False) -> None:
         self.role, self.kind = role, kind
@@ -72,11 +133,19 @@ class WorkerGroup:
         return len(self.members)
 
     def _launch(self, member: Member, method: str, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        batch = _BATCH.get()
+        if batch is not None:  # queued: the refs replace this placeholder when the batch is sent
+            batch.queue.append((member, self.role, method, args, kwargs))
+            return len(batch.queue) - 1, len(batch.queue) - 1
         result, seconds = member.handle.call.options(num_returns=2).remote(self.role, method, *args, **kwargs)
         return result, seconds
 
     def _pending(self, launched: list[tuple[Any, Any]], merge: bool) -> Pending:
-        return Pending([r for r, _ in launched], [t for _, t in launched], merge=merge)
+        pending = Pending([r for r, _ in launched], [t for _, t in launched], merge=merge)
+        batch = _BATCH.get()
+        if batch is not None:
+            batch.pendings.append(pending)
+        return pending
 
     def dispatch(self, mode: str, method: str, *args: Any, per_replica: list[tuple[tuple, dict]] | None = None,
                  **kwargs: Any) -> Pending:

@@ -164,6 +164,14 @@ class DeviceProcess:
             result = getattr(self.workers[role], method)(*args, **kwargs)
             return result, time.perf_counter() - start
 
+    def call_many(self, calls: list[tuple[str, str, list[int], dict]], *args: Any) -> tuple[Any, ...]:
+        """Several `call`s in one actor task, in order: `calls` holds (role, method, the places of its
+        arguments in `args`, kwargs). Returns result_1, seconds_1, result_2, seconds_2, ..."""
+        out: list[Any] = []
+        for role, method, places, kwargs in calls:
+            out += self.call(role, method, *[args[i] for i in places], **kwargs)
+        return tuple(out)
+
     # --- checkpoints ---
 
     def save(self, role: str, model_dir: str, optimizer_file: str | None) -> None:

@@ -20,3 +20,36 @@ def test_split_refuses_uneven_batches():
 
 def test_merged_metrics_are_averaged():
     assert merge_results([{"a": 1.0, "b": 2.0}, {"a": 3.0}]) == {"a": 2.0, "b": 2.0}
+
+
+def test_a_stage_batch_sends_the_calls_of_one_process_as_one_task(ray_session, arith_model):
+    """StageBatch: actor.log_prob, ref.log_prob and critic.values on the same process become one actor task
+    (their refs share a task id), read the Rollout once, and give the results the separate calls give."""
+    import ray
+
+    from rlgraph.runtime.errors import WorkerError
+    from rlgraph.runtime.group import StageBatch
+
+    from .helpers import SPECS, Started, plan_from_spec
+
+    with Started(plan_from_spec(SPECS / "ppo_arith.rl", "data.batch_size=16")) as started:
+        groups = started.lowered.groups
+        prompts = [started.prepared.train[i] for i in range(16)]
+        rollout = groups["rollout"].call("generate", prompts, 4, seed=1, max_new_tokens=4).result()
+        alone = [ray.get(groups[role].call(method, rollout).result())
+                 for role, method in (("actor", "log_prob"), ("ref", "log_prob"), ("critic", "values"))]
+        with StageBatch():
+            pendings = [groups[role].call(method, rollout)
+                        for role, method in (("actor", "log_prob"), ("ref", "log_prob"), ("critic", "values"))]
+        assert len({p.results[0].task_id() for p in pendings}) == 1
+        for pending, expected in zip(pendings, alone):
+            assert torch.equal(ray.get(pending.result()), expected) and pending.seconds() > 0
+
+        # a failing call in the batch is reported as that call's failure
+        with StageBatch():
+            ok = groups["ref"].call("log_prob", rollout)
+            bad = groups["critic"].call("values", "not a rollout")
+        with pytest.raises(ray.exceptions.RayTaskError) as info:
+            ray.get(bad.times)
+        assert isinstance(info.value.cause, WorkerError) and info.value.cause.role == "critic"
+        assert ok.results[0].task_id() == bad.results[0].task_id()
