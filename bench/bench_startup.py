@@ -146,6 +146,8 @@ def first_step(spec: str, workdir: Path) -> dict[str, Any]:
         "first_step_timing_s": step1.get("timing_s/step"),
         "second_step_timing_s": by_step.get(2, ({}, 0))[0].get("timing_s/step"),
         "command_wall_s": trace.wall_s,
+        # what the run itself records in its step-0 line (rlgraph/runtime/loop.py)
+        "recorded": {k: v for k, v in step0.items() if k.startswith("startup_s/") or k == "timing_s/testing"},
     }
 
 

@@ -113,8 +113,11 @@ def profile(spec: str, steps: int, warmup: int, run_dir: Path) -> dict[str, Any]
             "loop", "driver.run"]
     medians = {k: median([r.get(k, 0.0) for r in rows]) for k in keys}
     role_calls = sum(1 for c in plan.calls if c.kind == "role")
+    # Ray tasks: the runtime sends the role calls of one stage on one process as one task (StageBatch)
+    tasks = sum(len({p.process for call_id in stage.calls if plan.call(call_id).kind == "role"
+                     for p in plan.placements_of(plan.call(call_id).target)}) for stage in plan.schedule)
     return {"spec": spec, "steps": len(rows), "medians_s": medians, "role_calls_per_step": role_calls,
-            "stages": len(plan.schedule)}
+            "ray_tasks_per_step": tasks, "stages": len(plan.schedule)}
 
 
 def main(argv: list[str] | None = None) -> int:

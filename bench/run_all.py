@@ -222,7 +222,9 @@ def render_floor(floor: dict, profile: dict | None, overhead: dict | None) -> li
         rows = []
         for res in profile["results"]:
             m = res["medians_s"]
-            rows.append([f"`{res['spec']}` ({res['role_calls_per_step']} role calls, {res['stages']} stages)"]
+            tasks = res.get("ray_tasks_per_step", res["role_calls_per_step"])
+            rows.append([f"`{res['spec']}` ({res['role_calls_per_step']} role calls in {tasks} Ray tasks, "
+                         f"{res['stages']} stages)"]
                         + [ms(m.get(k)) for k in keys])
         out.append(table(["per step (median)"] + keys, rows))
         out.append("")
@@ -253,12 +255,13 @@ def findings(floor: dict, profile: dict, overhead: dict | None) -> list[str]:
             continue
         m = p["medians_s"]
         extra = m["step"] - m["worker compute"]
-        per_call = (m["ray latency"] + m["launch"]) / p["role_calls_per_step"]
+        tasks = p.get("ray_tasks_per_step", p["role_calls_per_step"])
+        per_task = (m["ray latency"] + m["launch"]) / tasks
         parts.append(
             f"in `{res['spec']}` the step spends {ms(extra)} beyond the worker's compute, of which "
             f"{ms(m['ray latency'] + m['launch'])} ({100 * (m['ray latency'] + m['launch']) / max(extra, 1e-9):.0f}%) "
-            f"is the {p['role_calls_per_step']} Ray calls of the step (submission + latency, about "
-            f"{ms(per_call)} per call) and {ms(m['driver calls'])} the driver's own calls")
+            f"is the {tasks} Ray tasks that carry its {p['role_calls_per_step']} role calls (submission + latency, "
+            f"about {ms(per_task)} per task) and {ms(m['driver calls'])} the driver's own calls")
     role_stages = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor")
     ratios = [s["ratio"] for res in floor["results"] for name, s in res.get("stages", {}).items()
               if name in role_stages and s.get("ratio")]
@@ -267,10 +270,11 @@ def findings(floor: dict, profile: dict, overhead: dict | None) -> list[str]:
             f"{100 * spread:.0f}% of 1.0)" if spread <= 0.06 else
             f"Per-stage compute differs by up to {100 * spread:.0f}% between the two processes in this run (the "
             "machine's load moves between runs; in quiet runs these ratios are within a few per cent of 1.0)")
-    lines.append(same + "; what the runtime adds is the Ray calls: " + "; ".join(parts) + ". The PPO step has six role calls "
-                 "(generate, three log-prob/value calls, two updates) against GRPO's four, each passing the "
-                 "Rollout, which is why PPO's overhead is the larger one. Threads are not the cause: each "
-                 "DeviceProcess runs torch on one thread, as the floor does.")
+    lines.append(same + "; what the runtime adds is the Ray calls: " + "; ".join(parts) + ". The calls of one stage on one "
+                 "process travel as one task (`StageBatch` → `DeviceProcess.call_many`: PPO's six role calls are "
+                 "three tasks, the three of the log-prob/value stage and the two updates each one), and the Rollout "
+                 "pickles to about a third of its size, under Ray's 100 KiB inline limit. Threads are not the cause: "
+                 "each DeviceProcess runs torch on one thread, as the floor does.")
     collect = max(p["medians_s"]["collect"] for p in profile["results"])
     if collect > 0.002:
         lines.append("")
@@ -283,20 +287,15 @@ def findings(floor: dict, profile: dict, overhead: dict | None) -> list[str]:
             "earlier run of this benchmark, before that wait existed, `collect` was under 1 ms.")
     lines.append("")
     lines.append(
-        "**The fix (rlgraph/runtime, not made here).** When the calls of one stage go to the same process "
-        "(every colocated spec: stage 2 is `actor.log_prob → ref.log_prob → critic.values` on `actor/0`, the "
-        "last stage `critic.update → actor.update`), send them as one actor task, e.g. "
-        "`DeviceProcess.call_many([(role, method, args, kwargs), ...]) -> [(result, seconds), ...]`, with the "
-        "ObjectRef arguments flattened to the task's top level so Ray still resolves them: the Rollout is "
-        "then fetched and unpickled once per stage instead of once per call, and PPO's six round trips become "
-        "three (GRPO's four become three). Smaller, independent items: pass the driver-made tensors "
-        "(advantages, returns; a few KiB) to the calls by value instead of `ray.put` first (Ray inlines small "
-        "arguments; a put costs about a millisecond here); and keep a Rollout under 100 KiB by not pickling "
-        "the three derived tensors (`input_ids`, `attention_mask`, `position_ids` are rebuilt from the two "
-        "halves; a `__reduce__` in `rlgraph/workers/batch.py`), so it travels inline instead of through the "
-        "object store. The largest step beyond these: when every role of the step sits in one process, run the "
-        "whole schedule there (rewards and transforms are pure torch on small tensors) with one Ray call per "
-        "step, which leaves only that one call's latency.")
+        "**Made since the first measurement (rlgraph/runtime, rlgraph/workers).** The fail-fast wait gets only "
+        "each call's `seconds` ref, so results stay in the object store; the calls of one stage on one process "
+        "go as one actor task with the ObjectRef arguments at its top level, each once (the Rollout is fetched "
+        "and unpickled once per stage); driver-made tensors up to 64 KiB (advantages, returns) go to a call by "
+        "value instead of `ray.put`; a pickled Rollout is its two halves (the joined `input_ids`, "
+        "`attention_mask`, `position_ids` are rebuilt on arrival, masks travel as bools: 34 KiB for 256 rows "
+        "against 105 KiB), so it travels inline. What remains is one Ray round trip per stage and process. "
+        "The largest step beyond this: when every role of the step sits in one process, run the whole schedule "
+        "there (rewards and transforms are pure torch on small tensors) with one Ray call per step.")
     lines.append("")
     return lines
 
@@ -391,11 +390,12 @@ def render_trl(trl: dict) -> list[str]:
             "The steps are compute-bound: a cProfile of the floor spends most of its time in `linear`, the backward "
             "pass and attention, and TRL runs the same forward and backward passes. TRL's median GRPO step is "
             f"{ms(trl_s)}, the floor's {ms(floor_s)} (section 1){after}: with no runtime at all this work would "
-            f"run {trl_s / floor_s:.2f}× as fast as TRL, so ≥ 1.5× on GRPO needs less work per step, not less "
-            "runtime. The one forward pass rlgraph could drop is `old_log_prob`: the colocated rollout generates "
-            "with the actor's own module and weights (the hybrid engine), so the log-probs of the sampled tokens "
-            "could be kept from generation instead of recomputed (about 40 ms of the GRPO step here; a change in "
-            "`rlgraph/workers` and the driver, not made here).")
+            f"run {trl_s / floor_s:.2f}× as fast as TRL. `specs/grpo_arith.rl` keeps the old log-probs from "
+            "generation (`prompts -> rollout.generate -> responses, old_log_prob`: the colocated rollout samples "
+            "with the actor's own weights, so the log-probs HF `generate` computed are the ones a second forward "
+            "pass would give, to float32 rounding), so neither rlgraph nor the floor runs an `old_log_prob` pass; "
+            "TRL 1.16 computes them in this configuration (`steps_per_generation=2` > "
+            "`gradient_accumulation_steps=1`, so its second optimizer step needs them).")
         out.append("")
     out += ["**What is matched, and what cannot be.**", ""]
     for algo, e in trl["comparisons"].items():
@@ -492,7 +492,7 @@ def render_compiler(plan: dict | None, check: dict | None, startup: dict | None)
 def render_startup(startup: dict) -> list[str]:
     out = ["### 4. Time to the first step of `rlgraph run`", ""]
     out.append(
-        "The runtime does not record its start-up phases, so they are read from outside: `rlgraph run SPEC -s "
+        "The whole command is timed from outside: `rlgraph run SPEC -s "
         "train.steps=2 -s train.validate_every=0 -s train.checkpoint_every=0 --no-resume` as a fresh process, "
         "the time each console line and each metrics.jsonl line appears on one clock started with the command "
         "(the first console line is printed after compile, plan and `from rlgraph.runtime import run_plan`, "
@@ -525,17 +525,21 @@ def render_startup(startup: dict) -> list[str]:
     out.append(
         "Reading it: `ray.init` and the actor's start with its torch/transformers imports are most of the wait, "
         "both paid before any model loads; loading the tiny models is about two seconds; the first step costs "
-        "little more than a later one. The validation column is the last step's validation on the same val "
-        "set, an estimate of the one before the first step, which the step-0 record does not time.")
+        "little more than a later one.")
     out.append("")
-    out.append(
-        "**A better hook (rlgraph/runtime, not made here).** Record the start-up phases in the run itself: "
-        "`run_plan` writes `startup_s/{imports,preflight,ray_init,placement,processes,workers,validation}` into "
-        "the step-0 record of metrics.jsonl (the driver times pre-flight, `ray_cluster`, the placement-group "
-        "wait and the `setup()` calls; `DeviceProcess.setup` returns its own import and worker-build seconds in "
-        "the dict it already returns), and `timing_s/testing` in the step-0 record like every other "
-        "validation. Then this section reads them instead of timing console lines.")
-    out.append("")
+    recorded = {spec: r["recorded"] for spec, r in startup["first_step"].items() if r.get("recorded")}
+    if recorded:
+        parts = ("preflight", "ray", "placement", "workers", "data_parallel", "total")
+        out.append("What the run records itself (`startup_s/*` and `timing_s/testing` in the step-0 line of "
+                   "metrics.jsonl, last repeat): pre-flight (models, data, rewards checked), Ray started, placement "
+                   "groups granted, processes started and workers built (models loaded), data-parallel groups "
+                   "joined, and `run_plan`'s start to the first step; the validation before training is timed "
+                   "apart.")
+        out.append("")
+        out.append(table(["spec", *parts, "validation 0"],
+                         [[f"`{spec}`", *[sec(r.get(f"startup_s/{p}"), 2) for p in parts],
+                           sec(r.get("timing_s/testing"), 2)] for spec, r in recorded.items()]))
+        out.append("")
     return out
 
 
