@@ -175,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
             runs = [first_step(spec, Path(tmp)) for _ in range(args.repeats)]
             phases = [python_json([sys.executable, str(Path(__file__).resolve()), "--phases", spec])
                       for _ in range(args.repeats)]
-            row = {key: median([r[key] for r in runs]) for key in runs[0]}
+            row = {key: median([r[key] for r in runs]) for key in runs[0] if key != "recorded"}
+            row["recorded"] = {key: median([r["recorded"].get(key) for r in runs if key in r["recorded"]])
+                               for key in runs[0]["recorded"]}
             row |= {f"alone_{key}": median([p[key] for p in phases]) for key in phases[0]}
             row["runs"] = runs
             row["phases_alone"] = phases
