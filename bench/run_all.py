@@ -534,7 +534,7 @@ def render_startup(startup: dict) -> list[str]:
     if recorded:
         parts = ("preflight", "ray", "placement", "workers", "data_parallel", "total")
         out.append("What the run records itself (`startup_s/*` and `timing_s/testing` in the step-0 line of "
-                   "metrics.jsonl, last repeat): pre-flight (models, data, rewards checked), Ray started, placement "
+                   "metrics.jsonl, median of the repeats): pre-flight (models, data, rewards checked), Ray started, placement "
                    "groups granted, processes started and workers built (models loaded), data-parallel groups "
                    "joined, and `run_plan`'s start to the first step; the validation before training is timed "
                    "apart.")
