@@ -1,6 +1,6 @@
 """rlgraph against TRL on the same work: steps per second, and greedy accuracy after equal wall time.
 
-    .venv/bin/python bench/bench_trl.py [--budget 60] [--val-rows 200] [--only grpo ppo] [--smoke]
+    .venv/bin/python bench/bench_trl.py [--budget 60] [--val-rows 500] [--only grpo ppo] [--smoke]
 
 GRPO: TRL 1.16 `GRPOTrainer` against `rlgraph run specs/grpo_arith.rl`; PPO: TRL 1.12
 `trl.experimental.ppo.PPOTrainer` (policy, ref and value model) against `rlgraph run specs/ppo_arith.rl`.
@@ -465,7 +465,8 @@ def rlgraph_step_estimate(spec: str, workdir: Path) -> tuple[float, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", type=float, default=60.0, help="seconds of training per trainer")
-    parser.add_argument("--val-rows", type=int, default=200)
+    parser.add_argument("--val-rows", type=int, default=500, help="val rows scored (500 = the whole split; "
+                        "fewer make the accuracy comparison noisier: one standard error is sqrt(0.25 / rows))")
     parser.add_argument("--warmup", type=int, default=3, help="steps left out of the step-time medians")
     parser.add_argument("--only", nargs="+", choices=sorted(SPECS), default=["grpo", "ppo"])
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the TRL process")

@@ -328,7 +328,7 @@ def render_trl(trl: dict) -> list[str]:
     budget = trl["budget_s"]
     out.append(
         f"Each trainer trains for {budget:.0f} s of wall time (start-up and evaluations not counted), and the "
-        f"greedy accuracy of its policy is measured on the first {trl['val_rows']} rows of `builtin:arith/val` at "
+        f"greedy accuracy of its policy is measured on the first {trl['val_rows']} rows of `builtin:arith/val` (500 = all of it) at "
         "a quarter, half, three quarters and the whole of the budget. TRL: a callback stops training at the first "
         "whole step of the spec's work past the budget and evaluates with `rlgraph.models.eval.greedy_accuracy` "
         "at each mark (the clock paused meanwhile). rlgraph: `rlgraph run` with `-s data.val=` those rows and "
@@ -366,7 +366,8 @@ def render_trl(trl: dict) -> list[str]:
                     f"({e['speedup_median_step']:.2f} by median step time); target ≥ 1.5: "
                     f"{verdict(e['meets_speed_target'])}. Accuracy after {budget:.0f} s: rlgraph "
                     f"{e['rlgraph']['accuracy_end']:.3f}, TRL {e['trl']['accuracy_end']:.3f} "
-                    f"({trl['val_rows']} rows: one standard error is about 0.03).")
+                    f"({trl['val_rows']} rows: one standard error is about "
+                    f"{(0.25 / trl['val_rows']) ** 0.5:.2f}).")
             floor_s = floor_step(e["spec"]) or e.get("floor_step_s")
             if floor_s:
                 line += (f" The floor's step: {ms(floor_s)}, so with no runtime at all this work would run "
