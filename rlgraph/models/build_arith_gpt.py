@@ -16,15 +16,15 @@ threads on two shared cores, a step can take ten times longer), global RNG state
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import logging
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from rlgraph.models.recipe import build_main, deterministic, save_build
 
 MODEL_NAME = "builtin:arith-gpt"
 MODEL_VERSION = 2  # part of the cache folder name: bump it whenever the recipe below changes (v1: 2 x 128)
@@ -70,32 +70,21 @@ def build_arith_gpt(
     """
     import torch
 
-    from rlgraph.models.char_tokenizer import save_char_tokenizer
     from rlgraph.models.eval import greedy_accuracy
     from rlgraph.tasks import arith
 
     log = log or logging.getLogger(__name__).info
     started = time.perf_counter()
     val_rows = arith.make_rows("val")
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(recipe.num_threads)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(recipe.seed)
-            model, tokenizer, steps, checks = _train(recipe, arch, log)
+    with deterministic(recipe.seed, recipe.num_threads):
+        model, tokenizer, steps, checks = _train(recipe, arch, log)
         val_accuracy = greedy_accuracy(model, tokenizer, val_rows, max_new_tokens=4)
-    finally:
-        torch.set_num_threads(threads_before)
     if not recipe.accept_low <= val_accuracy <= recipe.accept_high:
         raise RuntimeError(
             f"arith-gpt build ended at step {steps} with greedy val accuracy {val_accuracy:.3f}, "
             f"outside [{recipe.accept_low}, {recipe.accept_high}]; adjust the recipe in {__file__}"
         )
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    save_char_tokenizer(tokenizer, out)
     report = {
         "name": MODEL_NAME,
         "version": MODEL_VERSION,
@@ -110,8 +99,7 @@ def build_arith_gpt(
         "torch": torch.__version__,
         "data": f"builtin:arith/train (v{arith.DATA_VERSION})",
     }
-    # Written last: the registry takes a folder with this file as complete.
-    (out / "rlgraph_build.json").write_text(json.dumps(report, indent=2) + "\n")
+    save_build(out, model, tokenizer, report)
     log(
         f"arith-gpt: step {steps}, greedy accuracy {val_accuracy:.3f} on the {len(val_rows)} val prompts, "
         f"{report['build_seconds']:.1f} s"
@@ -201,13 +189,7 @@ def _teacher_forcing_batch(tokenizer: Any, rows: list[dict]) -> tuple[Any, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m rlgraph.models.build_arith_gpt", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--out", required=True, help="folder to write the model into (made if missing)")
-    args = parser.parse_args(argv)
-    build_arith_gpt(args.out, log=print)
-    return 0
+    return build_main("rlgraph.models.build_arith_gpt", __doc__, build_arith_gpt, argv)
 
 
 if __name__ == "__main__":

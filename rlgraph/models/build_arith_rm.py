@@ -40,15 +40,15 @@ Deterministic: seeded, one thread, global RNG state restored afterwards. `resolv
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import logging
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from rlgraph.models.recipe import build_main, deterministic, save_build
 
 MODEL_NAME = "builtin:arith-rm"
 MODEL_VERSION = 1  # part of the cache folder name: bump it whenever the recipe below changes
@@ -80,29 +80,18 @@ def build_arith_rm(out: str | Path, recipe: Recipe = Recipe(), log: Callable[[st
     """Train and save the reward model into `out` (made if missing); returns what rlgraph_build.json holds."""
     import torch
 
-    from rlgraph.models.char_tokenizer import save_char_tokenizer
     from rlgraph.tasks import arith
 
     log = log or logging.getLogger(__name__).info
     started = time.perf_counter()
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(recipe.num_threads)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(recipe.seed)
-            model, tokenizer, steps, checks, final = _train(recipe, log)
-    finally:
-        torch.set_num_threads(threads_before)
+    with deterministic(recipe.seed, recipe.num_threads):
+        model, tokenizer, steps, checks, final = _train(recipe, log)
     if final["accuracy"] < recipe.accept_accuracy:
         raise RuntimeError(
             f"arith-rm build ended at step {steps} with held-out accuracy {final['accuracy']:.3f}, "
             f"below {recipe.accept_accuracy}; adjust the recipe in {__file__}"
         )
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    save_char_tokenizer(tokenizer, out)
     report = {
         "name": MODEL_NAME,
         "version": MODEL_VERSION,
@@ -116,7 +105,7 @@ def build_arith_rm(out: str | Path, recipe: Recipe = Recipe(), log: Callable[[st
         "torch": torch.__version__,
         "data": f"builtin:arith/train (v{arith.DATA_VERSION}); held out: builtin:arith/val",
     }
-    (out / "rlgraph_build.json").write_text(json.dumps(report, indent=2) + "\n")  # last: marks the folder complete
+    save_build(out, model, tokenizer, report)
     log(f"arith-rm: step {steps}, held-out accuracy {final['accuracy']:.3f}, {report['build_seconds']:.1f} s")
     return report
 
@@ -283,11 +272,7 @@ def _evaluate(model: Any, answers: _Answers, scores: Callable, threshold: float 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlgraph.models.build_arith_rm", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True, help="folder to write the model into (made if missing)")
-    args = parser.parse_args(argv)
-    build_arith_rm(args.out, log=print)
-    return 0
+    return build_main("rlgraph.models.build_arith_rm", __doc__, build_arith_rm, argv)
 
 
 if __name__ == "__main__":

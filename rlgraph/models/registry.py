@@ -19,6 +19,7 @@ from pathlib import Path
 from rlgraph.data.cache import build_lock, cache_dir, temp_sibling
 from rlgraph.models.build_arith_gpt import MODEL_VERSION as ARITH_GPT_VERSION  # light imports
 from rlgraph.models.build_arith_rm import MODEL_VERSION as ARITH_RM_VERSION
+from rlgraph.models.recipe import BUILD_REPORT
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -103,5 +104,5 @@ def _builtin_folder(name: str) -> Path:
 
 
 def _is_complete(folder: Path) -> bool:
-    # The build writes rlgraph_build.json last and the folder appears whole by rename.
-    return (folder / "rlgraph_build.json").is_file()
+    # The build writes its report last and the folder appears whole by rename.
+    return (folder / BUILD_REPORT).is_file()

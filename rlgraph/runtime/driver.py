@@ -120,8 +120,11 @@ class Fields:
         return self.cache[name]
 
     def arg(self, name: str) -> Any:
+        """`name` as a role call's argument. Log-probs kept by generate are None: they travel inside the
+        rollout every role call gets anyway, and the one call `check` lets read them (`actor.update`'s
+        `old_log_prob`) takes them from there."""
         if name in self.sample_log_probs:
-            name = self._materialize(name)
+            return None
         value = self.values[name]
         if isinstance(value, ray.ObjectRef):
             return value
@@ -130,12 +133,6 @@ class Fields:
         if name not in self.refs:
             self.refs[name] = ray.put(value)
         return self.refs[name]
-
-
-    def _materialize(self, name: str) -> str:
-        self.values[name] = self.cache[name] = self.local(name)
-        del self.sample_log_probs[name]
-        return name
 
 
 @dataclass
@@ -270,10 +267,7 @@ class StepDriver:
                 "shuffle_seed": derive_seed(self.seed, step, f"update/{call.target}"),
             }
             if call.role_kind == "actor":
-                # old log-probs kept by generate travel inside the rollout the update gets anyway
-                old = ports["old_log_prob"]
-                kept = fields.sample_log_probs.get(old) == self.responses_field
-                args = [rollout, None if kept else as_arg(old), as_arg(ports["advantages"])]
+                args = [rollout, as_arg(ports["old_log_prob"]), as_arg(ports["advantages"])]
                 if ports.get("ref_log_prob"):
                     args.append(as_arg(ports["ref_log_prob"]))
                 return group.call("update", *args, **common, temperature=self.temperature)

@@ -91,7 +91,9 @@ def worker_specs(plan: Plan, model_paths: dict[str, str]) -> dict[str, WorkerSpe
         elif role.kind == "ref":
             # a frozen role follows its colocation root's strategy (as the memory model counts it)
             root = plan.role(role.colocate) if role.colocate else None
-            strategy = root.config.get("strategy") or "ddp" if root and root.kind in ("actor", "critic") else "ddp"
+            strategy = "ddp"
+            if root is not None and root.kind in ("actor", "critic"):
+                strategy = root.config.get("strategy") or "ddp"
             specs[role.name] = WorkerSpec(role.name, "ref", "policy",
                                           {"model_path": path, "trainable": False, **common, "strategy": strategy})
         elif role.kind == "critic":

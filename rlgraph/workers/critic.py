@@ -142,14 +142,17 @@ class CriticWorker:
         """Body weights under their own names, head weights under `value_head.`; CPU copies.
 
         Sharded, every rank must call it; rank 0 gets the gathered weights, the others {}."""
+        body, head = self._weights()
+        return {**body, **{f"value_head.{k}": v for k, v in head.items()}}
+
+    def _weights(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """(body, head) as CPU copies; sharded: gathered onto rank 0 ({} elsewhere), every rank calls it."""
         from rlgraph.workers import fsdp
 
         if self.sharded:
-            body, head = fsdp.full_state_dict(self.backbone), fsdp.full_state_dict(self.value_head)
-            return {**body, **{f"value_head.{k}": v for k, v in head.items()}}
-        head = {f"value_head.{k}": v for k, v in self.value_head.state_dict().items()}
-        state = {**self.backbone.state_dict(), **head}
-        return {name: t.detach().to("cpu", copy=True) for name, t in state.items()}
+            return fsdp.full_state_dict(self.backbone), fsdp.full_state_dict(self.value_head)
+        return tuple({name: t.detach().to("cpu", copy=True) for name, t in module.state_dict().items()}
+                     for module in (self.backbone, self.value_head))
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         head = {k.removeprefix("value_head."): v for k, v in state_dict.items() if k.startswith("value_head.")}
@@ -163,17 +166,16 @@ class CriticWorker:
 
         from rlgraph.workers import fsdp
 
+        body, head = self._weights()
         if self.sharded:
-            body, head = fsdp.full_state_dict(self.backbone), fsdp.full_state_dict(self.value_head)
             if fsdp.rank() != 0:
                 return
             fsdp.save_pretrained_full(self.backbone, directory, body)
         else:
             self.backbone.save_pretrained(directory)
-            head = self.value_head.state_dict()
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(directory)
-        save_file({k: v.detach().cpu().contiguous() for k, v in head.items()}, str(Path(directory) / VALUE_HEAD_FILE))
+        save_file({k: v.contiguous() for k, v in head.items()}, str(Path(directory) / VALUE_HEAD_FILE))
 
     def load(self, directory: str | Path) -> None:
         """Weights of a folder written by `save` (the architecture must match)."""

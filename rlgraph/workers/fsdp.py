@@ -21,9 +21,6 @@ from typing import Any
 
 import torch
 
-STRATEGIES = ("ddp", "fsdp")
-
-
 def world_size() -> int:
     import torch.distributed as dist
 
@@ -52,12 +49,6 @@ def shard(*modules: torch.nn.Module) -> None:
                 for block in child:
                     fully_shard(block)
         fully_shard(module)
-
-
-def is_sharded(module: torch.nn.Module) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(module, FSDPModule)
 
 
 def resharded(module: torch.nn.Module) -> torch.nn.Module:
