@@ -104,12 +104,12 @@ def floor_loop(spec: str, steps: int, overrides: list[str]) -> dict[str, Any]:
         t = clock()
         rewards = scores
         if kl is not None:
-            rewards, _ = apply_kl_penalty(scores, old_log_prob, ref_log_prob, rollout.response_mask, kl.value,
+            rewards, _ = apply_kl_penalty(scores, old_log_prob, ref_log_prob, rollout.loss_mask, kl.value,
                                           work.kl_in_reward["kind"])
         if work.estimator == "gae":
-            advantages, returns = estimator(rewards, values, rollout.response_mask, **estimator_kwargs)
+            advantages, returns = estimator(rewards, values, rollout.loss_mask, **estimator_kwargs)
         else:
-            advantages, returns = estimator(rewards, rollout.response_mask, index=rollout.uid, **estimator_kwargs)
+            advantages, returns = estimator(rewards, rollout.loss_mask, index=rollout.uid, **estimator_kwargs)
         advantages, returns = advantages.float(), returns.float()
         timing["adv"] = clock() - t
         # --- update_critic, update_actor

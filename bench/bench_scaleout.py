@@ -1,7 +1,7 @@
 """Scale-out on this machine: PPO training throughput with 1 and 2 data-parallel replicas (ddp and fsdp), and the cost
 of weight sync (`timing_s/sync`) with the rollout colocated (hybrid engine) vs on a pool of its own.
 
-    .venv/bin/python bench/bench_scaleout.py [--steps 8]     # writes bench/results/scaleout.json
+    .venv/bin/python bench/bench_scaleout.py [--steps 8] [--smoke]     # writes bench/results/scaleout.json
 
 Each configuration is one `rlgraph run` of specs/ppo_arith.rl (its own local Ray) with -s overrides;
 the first step is a warm-up and is left out of the medians. samples/s = batch_size x n / step time.
@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "specs" / "ppo_arith.rl"
@@ -54,7 +56,11 @@ def run(spec: Path, overrides: list[str], steps: int, out: Path) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--smoke", action="store_true", help="2 steps of each configuration")
+    parser.add_argument("--output", default=None)
     args = parser.parse_args()
+    if args.smoke:
+        args.steps = 2
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         separate = Path(tmp) / "ppo_arith_separate.rl"
@@ -72,12 +78,11 @@ def main() -> int:
                 "update_actor_s": round(statistics.median(r["timing_s/update_actor"] for r in records), 3),
                 "steps_measured": len(records),
                 "wall_s": round(time.perf_counter() - t0, 1),
+                "overrides": overrides if spec else ["the spec with `pool gen`, `role rollout { pool = gen }`"],
             }
             print(f"{name:32s} {json.dumps(results[name])}", flush=True)
-    out = ROOT / "bench" / "results" / "scaleout.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"cpus": os.cpu_count(), "batch_size": BATCH, "n": N, "steps": args.steps,
-                               "configs": results}, indent=2) + "\n")
+    write_result("smoke_scaleout" if args.smoke else "scaleout", {
+        "cpus": os.cpu_count(), "batch_size": BATCH, "n": N, "steps": args.steps, "configs": results}, args.output)
     return 0
 
 

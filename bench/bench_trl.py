@@ -1,16 +1,25 @@
 """rlgraph against TRL on the same work: steps per second, and greedy accuracy after equal wall time.
 
-    .venv/bin/python bench/bench_trl.py [--budget 60] [--val-rows 500] [--only grpo ppo] [--smoke]
+    .venv/bin/python bench/bench_trl.py [--budget 60] [--seeds 2] [--val-rows 500] [--only grpo ppo] [--smoke]
 
 GRPO: TRL 1.16 `GRPOTrainer` against `rlgraph run specs/grpo_arith.rl`; PPO: TRL 1.12
 `trl.experimental.ppo.PPOTrainer` (policy, ref and value model) against `rlgraph run specs/ppo_arith.rl`.
 Both sides train the built-in model (`builtin:arith-gpt`, the same folder) on `builtin:arith/train`
 with the numbers of the spec (read off its Plan): prompts and samples per step, new tokens, learning
 rates, epochs, mini-batches, clip ranges, KL settings, temperature. Each trains for `--budget`
-seconds of wall time (start-up not counted; TRL stops at the first step boundary past the budget,
-rlgraph runs the number of steps that its measured step time fits in the budget); then the greedy
-accuracy of the trained policy is measured with `rlgraph.models.eval.greedy_accuracy` on the first
-`--val-rows` rows of `builtin:arith/val`, on both sides with the same function.
+seconds of wall time (start-up and evaluations not counted): TRL stops at the first step boundary
+past the budget; `rlgraph run` validates after every step and is stopped once a step has ended past
+the budget (SIGTERM, then SIGKILL to its process group: a background shell ignores SIGINT). Each
+side's own records are then checked (`check_budget`): the result reported for the budget must be
+the step that crossed it and the run must have stopped there, else the bench fails (exit 1). The
+accuracy is greedy, `rlgraph.models.eval.greedy_accuracy` on the first `--val-rows` rows of
+`builtin:arith/val` on TRL's side, the same decoding and reward in rlgraph's validation.
+
+Every trainer runs `--seeds` times (seeds spec + 0, 1, ...), TRL and rlgraph back to back per seed;
+the result has per-seed values, mean and range of the steps/s ratio and of each end accuracy, and a
+verdict is met or missed only when the difference exceeds the noise (`summarise`), else within noise.
+Time: one seed is about 8 min (5 trainers x (60 s + start-up + evaluations)); `--seeds 2`, the
+default, about 15 min, most of `make bench`'s ~23.
 
 TRL lives in its own venv, `bench/.venv-trl` (made on first use: torch==2.13.0 first, then
 `-c constraints.txt -r bench/requirements-trl.txt`; TRL 1.12 for PPO is installed next to it with
@@ -26,15 +35,17 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from common import BENCH, NO_EXTRAS, RESULTS, ROOT, load_average, machine_facts, median, one_thread_env, python_json, \
-    run_rlgraph, step_work, write_result
+from common import BENCH, NO_EXTRAS, RESULTS, ROOT, RUN_ID, judge, load_average, machine_facts, median, one_thread_env, \
+    python_json, run_rlgraph, spread, step_work, write_result
 
 VENV = BENCH / ".venv-trl"
 VENV_PYTHON = VENV / "bin" / "python"
@@ -155,7 +166,7 @@ class _Clock:
         durations = [b - a for a, b in zip(ends, ends[1:])]
         return {"steps": len(durations), "train_wall_s": ends[-1],
                 "step_median_s": median(durations[warmup:]) or median(durations), "step_times_s": durations,
-                "curve": self.curve}
+                "step_ends_s": ends[1:], "curve": self.curve}
 
 
 def trl_grpo(work, budget_s: float, val_count: int, warmup: int, max_steps: int | None) -> dict[str, Any]:
@@ -380,13 +391,14 @@ def training_points(records: list[dict[str, Any]], times: list[float]) -> list[d
 
 
 def rlgraph_side(spec: str, budget_s: float, val_count: int, warmup: int, step_s: float, workdir: Path,
-                 validate_every: int = 2) -> dict[str, Any]:
-    """`rlgraph run` until `budget_s` of training, validating every `validate_every` steps on the same rows.
+                 seed: int) -> dict[str, Any]:
+    """`rlgraph run` until `budget_s` of training, validating after every step on the same rows.
 
     The runtime's validation is greedy decoding (max_new_tokens of the spec) scored by the spec's
     reward, exact_match: the number greedy_accuracy gives. The run is given more steps than the budget
-    needs and interrupted (SIGINT, as Ctrl-C) at the first validated step past the budget; the accuracy
-    at a wall-time mark is that of the last validation at or before the mark.
+    needs and stopped (`run_rlgraph`'s stop: SIGTERM, then SIGKILL) once a step has ended past the budget.
+    The end point is that step, the first at or past the budget, as TRL's is; the accuracy at a wall-time
+    mark is that of the first step at or past the mark, as TRL's. `check_budget` then proves it from the records.
     """
     from rlgraph.data import load_rows, resolve_data_path
 
@@ -395,36 +407,68 @@ def rlgraph_side(spec: str, budget_s: float, val_count: int, warmup: int, step_s
     val = load_rows(resolve_data_path(work.val or "builtin:arith/val"))[:val_count]
     val_file = workdir / f"val{val_count}.jsonl"
     val_file.write_text("".join(json.dumps(r) + "\n" for r in val))
-    overrides = [f"train.steps={steps}", f"train.validate_every={validate_every}", "train.checkpoint_every=0",
+    # validation every step, so the step that crosses the budget (or a mark) is a validated one
+    overrides = [f"train.steps={steps}", f"train.seed={seed}", "train.validate_every=1", "train.checkpoint_every=0",
                  f"data.val=\"{val_file}\""]
 
     def past_budget(records: list[dict[str, Any]], times: list[float]) -> bool:
         points = training_points(records, times)
-        return bool(points) and points[-1]["accuracy"] is not None and points[-1]["train_s"] >= budget_s
+        return bool(points) and points[-1]["train_s"] >= budget_s
 
     load_before = load_average()
-    trace = run_rlgraph(spec, overrides, workdir / f"rlgraph_{Path(spec).stem}", stop=past_budget)
+    trace = run_rlgraph(spec, overrides, workdir / f"rlgraph_{Path(spec).stem}_seed{seed}", stop=past_budget)
     points = training_points(trace.records, trace.record_times)
     validated = [p for p in points if p["accuracy"] is not None]
-    end = validated[-1]  # the first validated step past the budget (or the last step)
+    if not validated:
+        raise BudgetError(f"rlgraph run {spec} (seed {seed}) recorded no validated step")
+    end = next((p for p in validated if p["train_s"] >= budget_s), validated[-1])
     curve = []
     for fraction in MARKS:
         mark = round(budget_s * fraction, 3)
-        # the last validation at or before the mark; the end point stands for the whole budget
-        seen = [p for p in validated if p["train_s"] <= mark] if fraction < 1 else [end]
-        if seen:
-            curve.append({"mark_s": mark, "train_s": seen[-1]["train_s"], "steps": seen[-1]["steps"],
-                          "accuracy": seen[-1]["accuracy"]})
+        at = next((p for p in validated if p["train_s"] >= mark and p["steps"] <= end["steps"]), None)
+        if at:
+            curve.append({"mark_s": mark, "train_s": at["train_s"], "steps": at["steps"], "accuracy": at["accuracy"]})
     step_times = [p["step_s"] for p in points if p["steps"] <= end["steps"]]
-    return {"trainer": "rlgraph run", "steps": end["steps"], "train_wall_s": end["train_s"],
+    return {"trainer": "rlgraph run", "seed": seed, "steps": end["steps"], "train_wall_s": end["train_s"],
             "step_median_s": median(step_times[warmup:]) or median(step_times),
             "wall_per_step_median_s": median(trace.wall_between_steps(warmup)),
             "startup_s": trace.record_times[0] - (trace.records[0].get("timing_s/testing") or 0.0),
             "accuracy_start": trace.records[0].get("val/score/mean"), "accuracy_end": end["accuracy"],
+            "step_ends_s": [p["train_s"] for p in points], "exit_code": trace.returncode,
             "curve": curve, "val_rows": len(val), "load_average": [load_before, load_average()],
             "command": f"rlgraph run {spec} " + " ".join(f"-s {o}" for o in overrides[:-1])
                        + f" -s data.val=<the first {val_count} rows of {work.val}, as jsonl> --no-resume, "
-                         f"interrupted at the first validated step past {budget_s:.0f} s of training"}
+                         f"stopped once a step ended past {budget_s:.0f} s of training"}
+
+
+class BudgetError(RuntimeError):
+    """A side did not train for the budget: its result must not stand in the budget's column."""
+
+
+def check_budget(side: str, budget_s: float, step_ends_s: list[float], end_s: float) -> None:
+    """Raise BudgetError unless the side trained for `budget_s`, within one step, by its own records.
+
+    `step_ends_s`: training seconds at the end of every step it recorded; `end_s`: the training time of the
+    result reported for the budget. That result must be the step that crossed the budget (at or past it,
+    less than one step beyond), and the run must have stopped there: at most one more step (the one in
+    flight when the stop came) may follow it.
+    """
+    if not step_ends_s:
+        raise BudgetError(f"{side}: no training step recorded")
+    crossing = next((i for i, t in enumerate(step_ends_s) if t >= budget_s), None)
+    if crossing is None:
+        raise BudgetError(f"{side} trained {step_ends_s[-1]:.1f} s, short of the {budget_s:.0f} s budget "
+                          f"({len(step_ends_s)} steps)")
+    ended = step_ends_s[crossing]
+    previous = step_ends_s[crossing - 1] if crossing else 0.0
+    if not budget_s <= end_s <= ended + 1e-6:
+        raise BudgetError(f"{side}: the result reported for {budget_s:.0f} s was taken at {end_s:.1f} s of training; "
+                          f"the step that crossed the budget ended at {ended:.1f} s (a step takes "
+                          f"{ended - previous:.2f} s)")
+    beyond = len(step_ends_s) - 1 - crossing
+    if beyond > 1:
+        raise BudgetError(f"{side} trained {step_ends_s[-1]:.1f} s against a {budget_s:.0f} s budget ({beyond} steps "
+                          "past it): the run was not stopped at the budget")
 
 
 def one_sample_per_prompt(spec: str, workdir: Path) -> Path | None:
@@ -451,20 +495,82 @@ def one_sample_per_prompt(spec: str, workdir: Path) -> Path | None:
 
 
 def rlgraph_step_estimate(spec: str, workdir: Path) -> tuple[float, str]:
-    """Wall seconds per step of `rlgraph run spec`: from this run's floor benchmark, else a short probe."""
+    """Wall seconds per step of `rlgraph run spec` (only to size the run's step cap): from this run's floor
+    benchmark, else a short probe."""
     floor = RESULTS / "floor.json"
     if floor.exists():
         data = json.loads(floor.read_text())
-        for res in data.get("results", []):
-            if res["spec"] == spec and res.get("rlgraph_wall_per_step_s") and time.time() - floor.stat().st_mtime < 3600:
+        for res in data.get("results", []) if data.get("run_id") == RUN_ID else []:
+            if res["spec"] == spec and res.get("rlgraph_wall_per_step_s"):
                 return res["rlgraph_wall_per_step_s"], "bench/results/floor.json"
     trace = run_rlgraph(spec, ["train.steps=8", *NO_EXTRAS], workdir / f"probe_{Path(spec).stem}")
     return median(trace.wall_between_steps(2)), "an 8-step probe run"
 
 
+def run_trl(algo: str, work, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """One TRL trainer in the TRL venv, a fresh process; {"error": ...} if it fails."""
+    work_file = tmp / f"work_{algo}_seed{work.seed}.json"
+    work_file.write_text(json.dumps(work.to_json()))
+    command = [str(VENV_PYTHON), str(Path(__file__).resolve()), "--worker", algo, "--work", str(work_file),
+               "--budget", str(args.budget), "--val-rows", str(args.val_rows), "--warmup", str(args.warmup),
+               "--threads", str(args.threads)]
+    if args.max_steps:
+        command += ["--max-steps", str(args.max_steps)]
+    print(f"{algo}, seed {work.seed}: TRL for {args.budget:.0f} s ...", flush=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    load_before = load_average()
+    try:
+        result = python_json(command, env=env)
+    except RuntimeError as err:
+        print(f"  TRL {algo} failed: {str(err)[-800:]}", flush=True)
+        return {"error": str(err)[-3000:]}
+    result["seed"] = work.seed
+    result["load_average"] = [load_before, load_average()]
+    return result
+
+
+def trl_end_s(result: dict[str, Any], budget_s: float) -> float:
+    """Training seconds at which TRL's accuracy for the budget was taken (its evaluation at the budget's mark)."""
+    at_budget = [p["train_s"] for p in result.get("curve", []) if p["mark_s"] == round(budget_s, 3)]
+    return at_budget[0] if at_budget else result["train_wall_s"]
+
+
+def summarise(runs: list[dict[str, Any]], val_rows: int) -> dict[str, Any]:
+    """Per-seed values, mean and range of the speed ratio and of each trainer's end accuracy, and the verdicts:
+    met or missed only when the difference is larger than the noise (the range across seeds; for accuracy at
+    least one standard error of an accuracy on `val_rows` rows), else within noise."""
+    out: dict[str, Any] = {}
+    paired = [r for r in runs if "speedup" in r]
+    if not paired:
+        return out
+    n = len(paired)
+    speed = spread([r["speedup"] for r in paired])
+    out["speedup"] = speed
+    out["speedup_median_step"] = spread([r["speedup_median_step"] for r in paired])
+    out["speed_verdict"] = judge(speed["mean"] - TARGET_SPEEDUP, speed["range"], n)
+    standard_error = (0.25 / val_rows) ** 0.5
+    accuracy = {side: spread([r[side]["accuracy_end"] for r in paired])
+                for side in ("trl", "rlgraph", "rlgraph_one_sample") if all(side in r for r in paired)}
+    out["accuracy"] = accuracy
+    out["accuracy_standard_error"] = standard_error
+    for side in ("rlgraph", "rlgraph_one_sample"):
+        if side in accuracy:
+            noise = max(accuracy[side]["range"], accuracy["trl"]["range"], standard_error)
+            out[f"{side}_accuracy"] = {"difference": accuracy[side]["mean"] - accuracy["trl"]["mean"], "noise": noise,
+                                       "verdict": judge(accuracy[side]["mean"] - accuracy["trl"]["mean"], noise, n)}
+    marks = sorted({p["mark_s"] for r in paired for side in accuracy for p in r[side]["curve"]})
+    out["curve_means"] = {side: [statistics.fmean(at) if (at := [p["accuracy"] for r in paired for p in r[side]["curve"]
+                                                                 if p["mark_s"] == mark]) else None for mark in marks]
+                          for side in accuracy}
+    out["curve_marks_s"] = marks
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", type=float, default=60.0, help="seconds of training per trainer")
+    parser.add_argument("--seeds", type=int, default=2,
+                        help="runs of each trainer, seeds spec seed + 0, 1, ...; a verdict needs at least 2")
     parser.add_argument("--val-rows", type=int, default=500, help="val rows scored (500 = the whole split; "
                         "fewer make the accuracy comparison noisier: one standard error is sqrt(0.25 / rows))")
     parser.add_argument("--warmup", type=int, default=3, help="steps left out of the step-time medians")
@@ -472,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the TRL process")
     parser.add_argument("--max-steps", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true",
-                        help="one step of each TRL trainer, no rlgraph run (bench_floor's smoke runs that); "
+                        help="one step of each TRL trainer, one seed, no rlgraph run (bench_floor's smoke runs that); "
                              "nothing if the TRL venv is absent")
     parser.add_argument("--no-install", action="store_true", help="do not create bench/.venv-trl")
     parser.add_argument("--no-variant", action="store_true",
@@ -484,11 +590,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker_main(args)
     if args.smoke:
-        args.max_steps, args.budget, args.warmup, args.val_rows = 2, 0.0, 0, 20
+        args.max_steps, args.budget, args.warmup, args.val_rows, args.seeds = 2, 0.0, 0, 20, 1
+    if args.seeds < 1 or args.budget < 0 or args.val_rows < 1:
+        parser.error("--seeds and --val-rows must be at least 1, --budget not negative")
 
     result: dict[str, Any] = {"benchmark": "rlgraph vs TRL on the same work, equal wall time",
                               "command": "bench/bench_trl.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                              "budget_s": args.budget, "val_rows": args.val_rows, "target_speedup": TARGET_SPEEDUP}
+                              "budget_s": args.budget, "seeds": args.seeds, "val_rows": args.val_rows,
+                              "target_speedup": TARGET_SPEEDUP}
     trl_ok = True
     if args.smoke or args.no_install:
         trl_ok = VENV_PYTHON.exists() and (VENV / ".complete").exists()
@@ -501,81 +610,89 @@ def main(argv: list[str] | None = None) -> int:
             result["venv"] = {"error": str(err)}
             print(f"TRL venv could not be made: {err}", flush=True)
 
-    comparisons = {}
-    with tempfile.TemporaryDirectory(prefix="rlgraph-bench-trl-") as tmp:
-        for algo in args.only:
-            spec = SPECS[algo]
-            work = step_work(spec)
-            entry: dict[str, Any] = {"spec": spec, "work": work.describe()}
-            if trl_ok:
-                work_file = Path(tmp) / f"work_{algo}.json"
-                work_file.write_text(json.dumps(work.to_json()))
-                command = [str(VENV_PYTHON), str(Path(__file__).resolve()), "--worker", algo, "--work", str(work_file),
-                           "--budget", str(args.budget),
-                           "--val-rows", str(args.val_rows), "--warmup", str(args.warmup), "--threads", str(args.threads)]
-                if args.max_steps:
-                    command += ["--max-steps", str(args.max_steps)]
-                print(f"{algo}: TRL for {args.budget:.0f} s ...", flush=True)
-                env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-                load_before = load_average()
-                try:
-                    entry["trl"] = python_json(command, env=env)
-                    entry["trl"]["load_average"] = [load_before, load_average()]
-                except RuntimeError as err:
-                    entry["trl"] = {"error": str(err)[-3000:]}
-                    print(f"  TRL {algo} failed: {str(err)[-800:]}", flush=True)
-                if not args.smoke and "error" not in entry["trl"]:
-                    # the floor of the same step right after TRL: how fast the work itself can go, back to back
-                    floor = python_json([sys.executable, str(BENCH / "bench_floor.py"), "--worker", spec, "--steps", "20"],
-                                        env=one_thread_env())
-                    entry["floor_step_s"] = median([s["step"] for s in floor["steps"][4:]])
-            if args.smoke:
-                comparisons[algo] = entry
-                _print(algo, entry)
-                continue
-            step_s, source = rlgraph_step_estimate(spec, Path(tmp))
-            print(f"{algo}: rlgraph for {args.budget:.0f} s ({step_s * 1000:.0f} ms per step, from {source}) ...", flush=True)
-            entry["rlgraph"] = rlgraph_side(spec, args.budget, args.val_rows, args.warmup, step_s, Path(tmp))
-            entry["rlgraph"]["step_estimate_from"] = source
-            if algo == "ppo" and not args.no_variant:
-                # TRL's PPO samples one response per prompt; the same batch composition on rlgraph's side
-                variant = one_sample_per_prompt(spec, Path(tmp))
-                if variant is not None:
-                    print(f"{algo}: rlgraph, one sample per prompt, for {args.budget:.0f} s ...", flush=True)
-                    entry["rlgraph_one_sample"] = rlgraph_side(str(variant), args.budget, args.val_rows, args.warmup,
-                                                               step_s, Path(tmp))
-                    entry["rlgraph_one_sample"]["trainer"] = "rlgraph run, one sample per prompt"
-                    entry["rlgraph_one_sample"]["work"] = step_work(str(variant)).describe()
-            trl, rl = entry.get("trl") or {}, entry["rlgraph"]
-            if trl.get("steps") and rl.get("steps"):
-                entry["trl_steps_per_s"] = trl["steps"] / trl["train_wall_s"]
-                entry["rlgraph_steps_per_s"] = rl["steps"] / rl["train_wall_s"]
-                entry["speedup"] = entry["rlgraph_steps_per_s"] / entry["trl_steps_per_s"]
-                entry["speedup_median_step"] = trl["step_median_s"] / rl["step_median_s"]
-                entry["meets_speed_target"] = entry["speedup"] >= TARGET_SPEEDUP
-                if entry.get("floor_step_s"):  # TRL's step against the floor's, measured back to back
-                    entry["floor_over_trl"] = trl["step_median_s"] / entry["floor_step_s"]
-                if rl.get("accuracy_end") is not None and trl.get("accuracy_end") is not None:
-                    entry["accuracy_delta"] = rl["accuracy_end"] - trl["accuracy_end"]
-            comparisons[algo] = entry
-            _print(algo, entry)
+    comparisons: dict[str, Any] = {}
     result["comparisons"] = comparisons
+    name = "smoke_trl" if args.smoke else "trl"
+    try:
+        with tempfile.TemporaryDirectory(prefix="rlgraph-bench-trl-") as tmp:
+            for algo in args.only:
+                comparisons[algo] = compare(algo, args, trl_ok, Path(tmp))
+    except RuntimeError as err:  # a BudgetError, or a run that failed: no figure of it may stand as a comparison
+        result["error"] = str(err)[-3000:]
+        result["machine"] = machine_facts()
+        write_result(name, result, args.output)
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 1
     result["machine"] = machine_facts()
-    write_result("smoke_trl" if args.smoke else "trl", result, args.output)
+    write_result(name, result, args.output)
     return 0
 
 
-def _print(algo: str, entry: dict[str, Any]) -> None:
-    for side in ("trl", "rlgraph"):
-        r = entry.get(side)
+def compare(algo: str, args: argparse.Namespace, trl_ok: bool, tmp: Path) -> dict[str, Any]:
+    """Every seed of one algorithm: TRL, then rlgraph (then rlgraph with TRL's batch composition), back to back;
+    each side's budget checked from its own records as soon as it has run."""
+    spec = SPECS[algo]
+    work = step_work(spec)
+    entry: dict[str, Any] = {"spec": spec, "work": work.describe(), "runs": []}
+    step_s, source = (None, None) if args.smoke else rlgraph_step_estimate(spec, tmp)
+    variant = None if args.smoke or algo != "ppo" or args.no_variant else one_sample_per_prompt(spec, tmp)
+    if variant is not None:
+        entry["one_sample_work"] = step_work(str(variant)).describe()
+    for i in range(args.seeds):
+        seed = work.seed + i
+        run: dict[str, Any] = {"seed": seed}
+        entry["runs"].append(run)
+        if trl_ok:
+            run["trl"] = trl = run_trl(algo, replace(work, seed=seed), args, tmp)
+            if "error" not in trl:
+                check_budget(f"TRL {algo} (seed {seed})", args.budget, trl["step_ends_s"], trl_end_s(trl, args.budget))
+            if i == 0 and not args.smoke and "error" not in trl:
+                # the floor of the same step right after TRL: how fast the work itself can go, back to back
+                floor = python_json([sys.executable, str(BENCH / "bench_floor.py"), "--worker", spec, "--steps", "20"],
+                                    env=one_thread_env())
+                entry["floor_step_s"] = median([s["step"] for s in floor["steps"][4:]])
+                entry["floor_over_trl"] = trl["step_median_s"] / entry["floor_step_s"]
+        if args.smoke:
+            _print(algo, run)
+            continue
+        print(f"{algo}, seed {seed}: rlgraph for {args.budget:.0f} s (step cap from {step_s * 1000:.0f} ms per step, "
+              f"{source}) ...", flush=True)
+        sides = [("rlgraph", spec)] + ([("rlgraph_one_sample", str(variant))] if variant is not None else [])
+        for side, side_spec in sides:
+            r = rlgraph_side(side_spec, args.budget, args.val_rows, args.warmup, step_s, tmp, seed)
+            if side == "rlgraph_one_sample":
+                r["trainer"] = "rlgraph run, one sample per prompt"
+            check_budget(f"{r['trainer']} {algo} (seed {seed})", args.budget, r["step_ends_s"], r["train_wall_s"])
+            run[side] = r
+        trl, rl = run.get("trl") or {}, run["rlgraph"]
+        if trl.get("steps") and rl.get("steps"):
+            run["trl_steps_per_s"] = trl["steps"] / trl["train_wall_s"]
+            run["rlgraph_steps_per_s"] = rl["steps"] / rl["train_wall_s"]
+            run["speedup"] = run["rlgraph_steps_per_s"] / run["trl_steps_per_s"]
+            run["speedup_median_step"] = trl["step_median_s"] / rl["step_median_s"]
+        _print(algo, run)
+    entry.update(summarise(entry["runs"], args.val_rows))
+    if "speedup" in entry:
+        a = entry["speedup"]
+        print(f"  {algo}: rlgraph / TRL steps per second {a['mean']:.2f} ({a['min']:.2f}..{a['max']:.2f} over "
+              f"{len(a['values'])} seeds): {entry['speed_verdict']}; accuracy: "
+              f"{entry.get('rlgraph_accuracy', {}).get('verdict', '–')}", flush=True)
+    return entry
+
+
+def _print(algo: str, run: dict[str, Any]) -> None:
+    for side in ("trl", "rlgraph", "rlgraph_one_sample"):
+        r = run.get(side)
+        if side == "rlgraph_one_sample" and not r:
+            continue
         if not r or "error" in r:
             print(f"  {side}: {'not run' if not r else 'failed'}")
             continue
         print(f"  {side:8} {r['steps']:4d} steps in {r['train_wall_s']:6.1f} s = {r['steps'] / max(r['train_wall_s'], 1e-9):5.2f} "
-              f"steps/s (median step {r['step_median_s'] * 1000:.0f} ms); accuracy {r['accuracy_start']} -> "
-              f"{r['accuracy_end']:.3f}")
-    if "speedup" in entry:
-        print(f"  {algo}: rlgraph / TRL steps per second = {entry['speedup']:.2f} (target >= {TARGET_SPEEDUP})")
+              f"steps/s (median step {r['step_median_s'] * 1000:.0f} ms); accuracy {r['accuracy_start'] or 0:.3f} -> "
+              f"{r['accuracy_end']:.3f}", flush=True)
+    if "speedup" in run:
+        print(f"  {algo}, seed {run['seed']}: rlgraph / TRL steps per second = {run['speedup']:.2f}", flush=True)
 
 
 if __name__ == "__main__":

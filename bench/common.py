@@ -23,6 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
 RLGRAPH = [sys.executable, "-m", "rlgraph.cli"]
+# Every result file carries the id of the run that made it; run_all.py sets one id for all its scripts and
+# renders the doc only from files that carry it, so no figure in the doc comes from another run.
+RUN_ID_ENV = "RLGRAPH_BENCH_RUN_ID"
+RUN_ID = os.environ.get(RUN_ID_ENV) or f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -51,8 +55,24 @@ def rounded(value: Any, digits: int = 4) -> Any:
 def write_result(name: str, result: dict[str, Any], output: str | Path | None = None) -> Path:
     path = Path(output) if output else RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rounded(result), indent=2) + "\n")
+    path.write_text(json.dumps(rounded({"run_id": RUN_ID, **result}), indent=2) + "\n")
     return path
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    """Per-run values, their mean and their range: what a comparison over several runs reports."""
+    return {"values": list(values), "mean": statistics.fmean(values), "min": min(values), "max": max(values),
+            "range": max(values) - min(values)}
+
+
+def judge(difference: float, noise: float, runs: int) -> str:
+    """'met' or 'missed' only when the difference from the target is larger than the noise, else 'within noise';
+    '–' from a single run, which has no spread to judge by."""
+    if runs < 2:
+        return "–"
+    if difference > noise:
+        return "met"
+    return "missed" if difference < -noise else "within noise"
 
 
 def load_average() -> float | None:
@@ -157,53 +177,53 @@ def step_work(spec: str | Path, overrides: list[str] | None = None) -> StepWork:
     errors = [d for d in plan.diagnostics if d["severity"] == "error"]
     if errors:
         raise SystemExit(f"{spec} has errors: {errors[:3]}")
-    calls = {c.id: c for c in plan.calls}
-    from rlgraph.runtime.roles import actor_loss_kwargs, optim_kwargs
-
-    generate = next(c for c in calls.values() if c.kind == "role" and c.method == "generate")
-    rollout = plan.role(generate.target)
-    n = int(rollout.config.get("n") or 1)
+    # The Plan's typed, fully resolved settings (rlgraph.contract.settings): the numbers the runtime trains with.
+    calls = list(plan.calls)
+    generate = next(c for c in calls if c.kind == "role" and c.method == "generate")
+    g = generate.settings
+    n = int(g.n)
 
     def model_of(role) -> str:
         while role.model_path is None and role.colocate:
             role = plan.role(role.colocate)
         return role.model_path
 
-    optim = optim_kwargs  # the runtime's own translation, so the floor trains with the same settings
+    def optim(role) -> dict[str, Any]:  # PolicyWorker's / CriticWorker's keyword names
+        o = role.settings.optim
+        return {"lr": o.lr, "betas": tuple(o.betas), "weight_decay": o.weight_decay, "warmup_steps": o.warmup_steps,
+                "grad_clip": o.grad_clip}
 
     def update_of(kind: str):
-        return next((c for c in calls.values() if c.kind == "role" and c.role_kind == kind and c.method == "update"), None)
+        return next((c for c in calls if c.kind == "role" and c.role_kind == kind and c.method == "update"), None)
 
-    def mini(call) -> int | None:
-        prompts = (call.kwargs or {}).get("minibatch")
-        return prompts * n if prompts else None
+    def mini(settings) -> int | None:  # prompts per optimizer step -> samples
+        return settings.minibatch * n if settings.minibatch else None
 
     actor_role = next(r for r in plan.roles if r.kind == "actor")
-    actor_update = update_of("actor")
-    kw = actor_update.kwargs
-    loss = actor_loss_kwargs(plan, actor_role)
-    actor = {"optim": optim(actor_role), "loss": loss, "epochs": kw.get("epochs", 1), "mini_batch": mini(actor_update)}
+    u = update_of("actor").settings
+    loss = {"clip_low": u.clip_low, "clip_high": u.clip_high, "clip_c": u.clip_c, "loss_agg": u.loss_agg,
+            "kl_loss_coef": u.kl_coef, "kl_loss_kind": u.kl_kind, "policy_loss": u.policy_loss,
+            "entropy_coeff": u.entropy_coeff}
+    actor = {"optim": optim(actor_role), "loss": loss, "epochs": u.epochs, "mini_batch": mini(u)}
 
     critic = None
     critic_update = update_of("critic")
     if critic_update is not None:
-        critic_role = plan.role(critic_update.target)
-        ck = critic_update.kwargs
-        critic = {"optim": optim(critic_role), "epochs": ck.get("epochs", 1), "mini_batch": mini(critic_update),
-                  "clip": ck.get("clip", 0.5), "loss_agg": ck.get("loss_agg", "token-mean")}
-    kl = next((c for c in calls.values() if c.kind == "transform" and c.target == "kl_penalty"), None)
-    estimator = next(c for c in calls.values() if c.kind == "transform" and c.target != "kl_penalty")
+        c = critic_update.settings
+        critic = {"optim": optim(plan.role(critic_update.target)), "epochs": c.epochs, "mini_batch": mini(c),
+                  "clip": c.clip, "loss_agg": c.loss_agg}
+    kl = next((c for c in calls if c.kind == "transform" and c.target == "kl_penalty"), None)
+    estimator = next(c for c in calls if c.kind == "transform" and c.target != "kl_penalty")
     return StepWork(
-        spec=str(spec), model=model_of(actor_role), prompts=int(plan.data["batch_size"]), n=n,
-        max_new_tokens=int(rollout.config.get("max_new_tokens", 32)),
-        temperature=float(rollout.config.get("temperature", 1.0)), top_p=float(rollout.config.get("top_p", 1.0)),
-        top_k=int(rollout.config.get("top_k", 0)), seed=int(plan.train.get("seed", 0)), train=plan.data["train"],
-        val=plan.data.get("val"), max_prompt_length=plan.data.get("max_prompt_length"),
-        keep_sample_log_probs=len(generate.outputs) > 1,
-        estimator=estimator.target, estimator_kwargs={k: v for k, v in estimator.kwargs.items() if v is not None},
-        kl_in_reward={"coef": kl.kwargs.get("coef", 0.001), "kind": kl.kwargs.get("kind", "k1")} if kl else None,
+        spec=str(spec), model=model_of(actor_role), prompts=int(plan.data.batch_size), n=n,
+        max_new_tokens=int(g.max_new_tokens), temperature=float(g.temperature), top_p=float(g.top_p),
+        top_k=int(g.top_k), seed=int(plan.train.seed), train=plan.data.train, val=plan.data.val,
+        max_prompt_length=plan.data.max_prompt_length, keep_sample_log_probs=bool(g.keep_log_probs),
+        estimator=estimator.target,
+        estimator_kwargs={k: v for k, v in asdict(estimator.settings).items() if v is not None},
+        kl_in_reward={"coef": kl.settings.coef, "kind": kl.settings.kind} if kl else None,
         actor=actor, ref=any(r.kind == "ref" for r in plan.roles), critic=critic,
-        micro_batch={r.name: r.config.get("micro_batch") for r in plan.roles if r.kind in ("actor", "ref", "critic")},
+        micro_batch={r.name: r.settings.micro_batch for r in plan.roles if r.kind in ("actor", "ref", "critic")},
     )
 
 
@@ -242,14 +262,20 @@ class RunTrace:
         return next((t for t, line in self.lines if text in line), None)
 
 
+STOP_GRACE_S = 20.0  # after SIGTERM: Ray's handler exits the run and shuts Ray down; then SIGKILL
+
+
 def run_rlgraph(spec: str | Path, overrides: list[str], run_dir: str | Path, *, timeout_s: float = 900,
                 stop: Callable[[list[dict[str, Any]], list[float]], bool] | None = None) -> RunTrace:
     """`rlgraph run spec -s ... --output run_dir --no-resume` as a fresh process, traced from outside.
 
     A watcher notes when each line of metrics.jsonl appears (polling every 10 ms), so start-up and
     per-step wall times are measured by the same clock as the command itself. With `stop`, the
-    watcher calls it with the records so far and their times whenever a line appears, and interrupts the run (SIGINT,
-    as Ctrl-C: the run stops cleanly and exits 130) once it returns True.
+    watcher calls it with the records so far and their times whenever a line appears, and stops the run once it
+    returns True: SIGTERM (the driver's Ray installs a handler that exits cleanly and shuts Ray down), then
+    SIGKILL to the run's process group if it is still there after STOP_GRACE_S. Not SIGINT: a shell running the
+    bench in the background starts it with SIGINT ignored, and the run never stopped. The run has a process
+    group of its own, so the SIGKILL takes every process it started, and nothing outlives the bench.
     """
     run_dir = Path(run_dir)
     command = [*RLGRAPH, "run", str(spec), "--output", str(run_dir), "--no-resume"]
@@ -265,7 +291,7 @@ def run_rlgraph(spec: str | Path, overrides: list[str], run_dir: str | Path, *, 
     done = threading.Event()
     start = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, bufsize=1)
+                               text=True, bufsize=1, start_new_session=True)
 
     def watch() -> None:
         seen = 0
@@ -284,7 +310,7 @@ def run_rlgraph(spec: str | Path, overrides: list[str], run_dir: str | Path, *, 
                     records = [json.loads(line) for line in complete.splitlines() if line.strip()]
                     if stop(records, list(record_times)):
                         stopped.set()
-                        process.send_signal(signal.SIGINT)
+                        threading.Thread(target=terminate, args=(process,), daemon=True).start()
             done.wait(0.01)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -294,23 +320,43 @@ def run_rlgraph(spec: str | Path, overrides: list[str], run_dir: str | Path, *, 
         for line in process.stdout:
             lines.append((time.perf_counter() - start, line.rstrip("\n")))
         process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise
+    finally:  # a timeout, Ctrl-C on the bench, a stop: nothing of the run may keep running
+        if process.poll() is not None and stopped.is_set():
+            kill_group(process.pid)  # stragglers of a stopped run (its Ray workers)
+        elif process.poll() is None:
+            terminate(process)
     wall = time.perf_counter() - start
     time.sleep(0.03)
     done.set()
     watcher.join()
     records = []
     if metrics.exists():
-        records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        text = metrics.read_text()
+        records = [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
     while len(record_times) < len(records):  # a record the watcher missed at the very end
         record_times.append(wall)
     trace = RunTrace(process.returncode, wall, records, record_times[: len(records)], lines, str(run_dir))
-    if process.returncode != 0 and not (stopped.is_set() and process.returncode == 130):
+    if process.returncode != 0 and not stopped.is_set():
         tail = "\n".join(line for _, line in lines[-30:])
         raise RuntimeError(f"{' '.join(command)} exited {process.returncode}:\n{tail}")
     return trace
+
+
+def terminate(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to the run, SIGKILL to its whole process group if it has not exited after `grace_s`."""
+    try:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    kill_group(process.pid)
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone already
 
 
 def python_json(command: list[str], *, env: dict[str, str] | None = None, timeout_s: float = 900) -> dict[str, Any]:

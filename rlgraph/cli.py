@@ -44,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--address", metavar="ADDR", help="Ray cluster to connect to (default: RAY_ADDRESS, "
                      "else a local instance started and stopped by rlgraph)")
     run.add_argument("--no-resume", action="store_true", help="start fresh even if the run directory has checkpoints")
+    run.add_argument("--accept-changes", action="store_true",
+                     help="resume even though the plan differs from the one the checkpoint was trained with")
     _add_overrides(run)
     return parser
 
@@ -61,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         return plan_command(args.file, args.overrides, args.format, args.output)
     if args.command == "run":
         from rlgraph.commands.run import run_command
-        return run_command(args.file, args.overrides, args.output, args.address, resume=not args.no_resume)
+        return run_command(args.file, args.overrides, args.output, args.address, resume=not args.no_resume,
+                           accept_changes=args.accept_changes)
     return EXIT_USAGE
 
 

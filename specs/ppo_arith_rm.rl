@@ -5,7 +5,7 @@ rlgraph 1
 # one (0.93 held-out accuracy), on a pool of its own (verl's reward_pool). The
 # policy never sees the rule during training; validation still scores greedy
 # answers with the rule `exact`, so the number is the true accuracy.
-# The reward model is built on first use (about 3.5 min on one CPU core).
+# The reward model ships with rlgraph (rlgraph/models/weights/arith-rm).
 
 model policy { path = "builtin:arith-gpt" }
 

@@ -19,32 +19,46 @@ def default_run_dir(file: str) -> Path:
     return Path("runs") / Path(file).stem
 
 
-def run_command(file: str, overrides: list[str], output: str | None, address: str | None, resume: bool = True) -> int:
+def run_command(file: str, overrides: list[str], output: str | None, address: str | None, resume: bool = True,
+                accept_changes: bool = False) -> int:
     from rlgraph.compiler import compile_spec
+    from rlgraph.compiler.passes.runtime_support import refusal
     from rlgraph.diagnostics import has_errors, render_full
     from rlgraph.plan.build import plan_spec
 
     console = Console()
-    compilation = compile_spec(file, overrides)
-    plan, diagnostics = plan_spec(compilation)
-    if diagnostics:
-        sys.stdout.write(render_full(diagnostics, compilation.sources))
-    if has_errors(diagnostics) or not compilation.ok:
-        errors = sum(d.is_error for d in diagnostics)
-        sys.stdout.write(f"Found {errors} error{'s' * (errors != 1)}; nothing was started.\n")
-        return EXIT_ERRORS
-
-    run_dir = Path(output) if output else default_run_dir(file)
-    write_run_inputs(run_dir, plan.to_json(), compilation.sources, compilation.path, overrides)
+    if file.endswith(".json"):  # a saved plan (a run directory's plan.json): runs as it is, no compiler
+        plan = load_plan(file, overrides)
+        if plan is None:
+            return EXIT_ERRORS
+        run_dir = Path(output) if output else default_run_dir(plan.spec)
+        if not (run_dir / "plan.json").exists() or (run_dir / "plan.json").resolve() != Path(file).resolve():
+            run_dir.mkdir(parents=True, exist_ok=True)
+            _write(run_dir / "plan.json", plan.to_json())
+    else:
+        compilation = compile_spec(file, overrides)
+        plan, diagnostics = plan_spec(compilation)
+        if diagnostics:
+            sys.stdout.write(render_full(diagnostics, compilation.sources))
+        if has_errors(diagnostics) or not compilation.ok:
+            errors = sum(d.is_error for d in diagnostics)
+            sys.stdout.write(f"Found {errors} error{'s' * (errors != 1)}; nothing was started.\n")
+            return EXIT_ERRORS
+        if refused := refusal(diagnostics):  # warnings for `check` (the spec may be for another runtime), fatal here
+            sys.stdout.write(refused)
+            return EXIT_ERRORS
+        run_dir = Path(output) if output else default_run_dir(file)
+        write_run_inputs(run_dir, plan.to_json(), compilation.sources, compilation.path, overrides)
 
     # Only now the heavy part: torch, ray and transformers load here.
-    from rlgraph.runtime import RunError, run_plan
+    from rlgraph.runtime import RunError, history, run_plan
     from rlgraph.runtime.console import RunConsole
 
     run_console = RunConsole(console)
     console.print(f"[bold]rlgraph run[/] {escape(file)} -> {escape(str(run_dir))}", highlight=False)
     try:
-        run_plan(plan, run_dir, address, resume, console=run_console)
+        run_plan(plan, run_dir, address, resume, console=run_console, accept_changes=accept_changes,
+                 invocation=history.invocation(file, overrides))  # appended to DIR/history.jsonl
     except RunError as err:
         run_console.stop()
         console.print(f"[bold red]error[/]: {escape(str(err))}", highlight=False, soft_wrap=True)
@@ -54,6 +68,30 @@ def run_command(file: str, overrides: list[str], output: str | None, address: st
         console.print("[yellow]interrupted[/]; the latest checkpoint (if any) resumes this run", highlight=False)
         return EXIT_INTERRUPTED
     return EXIT_OK
+
+
+def load_plan(file: str, overrides: list[str]):
+    """A Plan read from `file` (plan.json), or None after printing why it cannot run."""
+    from rlgraph.contract.settings import SettingsError
+    from rlgraph.plan.model import Plan
+
+    if overrides:
+        sys.stdout.write(f"error: {file} is a saved plan: it runs as it is, without -s overrides; "
+                         "give the spec (DIR/spec/<file>.rl) to change it\n")
+        return None
+    try:
+        plan = Plan.from_json(Path(file).read_text())
+    except OSError as err:
+        sys.stdout.write(f"error: cannot read {file}: {err.strerror}\n")
+        return None
+    except (ValueError, KeyError, TypeError, SettingsError) as err:
+        sys.stdout.write(f"error: {file} is not a plan this rlgraph can run: {err}. Plan it again from its spec "
+                         "(`rlgraph run DIR/spec/<file>.rl`).\n")
+        return None
+    if not plan.ok:
+        sys.stdout.write(f"error: {file} is the plan of a spec with errors; nothing was started\n")
+        return None
+    return plan
 
 
 def write_run_inputs(run_dir: Path, plan_json: str, sources: dict[str, str], root: str, overrides: list[str]) -> None:

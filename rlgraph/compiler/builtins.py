@@ -1,7 +1,8 @@
 """The calls a step may make, with their inputs, outputs and keyword arguments.
 
 Pure data, so that `check` and `plan` know every signature without importing
-torch; the runtime maps the same names to rlgraph.algos and the workers.
+torch. Role methods come from rlgraph/contract/methods.py, the table the runtime dispatches from;
+transforms run on the driver (rlgraph/runtime/transforms.py -> rlgraph.algos).
 
 Field kinds: `prompts` (a batch of prompts from the data), `responses` (the
 generated samples), `token` (a float per response token, shape (batch, response_len)).
@@ -11,17 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlgraph.contract.methods import ROLE_METHODS as CONTRACT
+from rlgraph.contract.methods import Port
 from rlgraph.spec.schema import Bool, Choice, Float, Int, Key
 
 LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k2+", "k3+", "low_var_kl+")
-
-
-@dataclass(frozen=True)
-class Port:
-    name: str  # the parameter's meaning, e.g. `old_log_prob`
-    kind: str  # prompts | responses | token
-    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -50,47 +46,40 @@ _UPDATE_COMMON = {
 }
 
 # ---- role methods, by role kind ---------------------------------------------------------
-ROLE_METHODS: dict[str, dict[str, Signature]] = {
-    "rollout": {
-        "generate": Signature("generate", "sample `n` responses per prompt (and keep their log-probs, if named)",
-                              (Port("prompts", "prompts"),), (Port("responses", "responses"), Port("log_prob", _TOKEN)),
-                              min_outputs=1),
+# Ports, outputs and the worker side come from the one table in rlgraph/contract/methods.py; here each
+# method gets its doc and the keyword arguments a spec may give it.
+_DOCS = {
+    ("rollout", "generate"): "sample `n` responses per prompt (and keep their log-probs, if named)",
+    ("actor", "log_prob"): "log-probabilities of the responses under the current policy",
+    ("actor", "update"): "PPO policy update over mini-batches",
+    ("ref", "log_prob"): "log-probabilities under the frozen reference policy",
+    ("critic", "values"): "value estimates per response token",
+    ("critic", "update"): "clipped value-loss update over mini-batches",
+    ("reward_model", "score"): "a sequence classifier's score on the reward token of each response",
+}
+_KWARGS: dict[tuple[str, str], dict[str, Key]] = {
+    ("actor", "update"): {
+        **_UPDATE_COMMON,
+        "clip": Key(Float(min=0.0), "PPO clip range, both sides", 0.2),
+        "clip_low": Key(Float(min=0.0), "lower clip range (overrides clip)"),
+        "clip_high": Key(Float(min=0.0), "upper clip range (overrides clip), e.g. 0.28 for clip-higher"),
+        "clip_c": Key(Float(min=1.0), "dual-clip bound for negative advantages (> 1)", 3.0),
+        "kl_coef": Key(Float(min=0.0), "KL loss coefficient; needs ref_log_prob (0 = off)", 0.0),
+        "kl_kind": Key(Choice(KL_KINDS), "KL estimator of the KL loss", "low_var_kl"),
+        "policy_loss": Key(Choice(("vanilla", "gspo")), "token-level PPO or sequence-level GSPO", "vanilla"),
     },
-    "actor": {
-        "log_prob": Signature("log_prob", "log-probabilities of the responses under the current policy",
-                              (Port("responses", "responses"),), (Port("log_prob", _TOKEN),)),
-        "update": Signature(
-            "update", "PPO policy update over mini-batches",
-            (Port("old_log_prob", _TOKEN), Port("advantages", _TOKEN), Port("ref_log_prob", _TOKEN, optional=True)),
-            (), {
-                **_UPDATE_COMMON,
-                "clip": Key(Float(min=0.0), "PPO clip range, both sides", 0.2),
-                "clip_low": Key(Float(min=0.0), "lower clip range (overrides clip)"),
-                "clip_high": Key(Float(min=0.0), "upper clip range (overrides clip), e.g. 0.28 for clip-higher"),
-                "clip_c": Key(Float(min=1.0), "dual-clip bound for negative advantages (> 1)", 3.0),
-                "kl_coef": Key(Float(min=0.0), "KL loss coefficient; needs ref_log_prob (0 = off)", 0.0),
-                "kl_kind": Key(Choice(KL_KINDS), "KL estimator of the KL loss", "low_var_kl"),
-                "policy_loss": Key(Choice(("vanilla", "gspo")), "token-level PPO or sequence-level GSPO", "vanilla"),
-            }),
-    },
-    "ref": {
-        "log_prob": Signature("log_prob", "log-probabilities under the frozen reference policy",
-                              (Port("responses", "responses"),), (Port("ref_log_prob", _TOKEN),)),
-    },
-    "critic": {
-        "values": Signature("values", "value estimates per response token",
-                            (Port("responses", "responses"),), (Port("values", _TOKEN),)),
-        "update": Signature("update", "clipped value-loss update over mini-batches",
-                            (Port("values", _TOKEN), Port("returns", _TOKEN)), (), {
-                                **_UPDATE_COMMON,
-                                "clip": Key(Float(min=0.0), "value clip range around the old values", 0.5),
-                            }),
-    },
-    "reward_model": {
-        "score": Signature("score", "a sequence classifier's score on the last response token",
-                           (Port("responses", "responses"),), (Port("scores", _TOKEN),)),
+    ("critic", "update"): {
+        **_UPDATE_COMMON,
+        "clip": Key(Float(min=0.0), "value clip range around the old values", 0.5),
     },
 }
+
+
+ROLE_METHODS: dict[str, dict[str, Signature]] = {}
+for (_kind, _method), _entry in CONTRACT.items():
+    ROLE_METHODS.setdefault(_kind, {})[_method] = Signature(
+        _method, _DOCS[_kind, _method], _entry.inputs, _entry.outputs,
+        dict(_KWARGS.get((_kind, _method), {})), min_outputs=_entry.min_outputs)
 
 # A `reward NAME { fn = ... }` declaration is called as `responses -> NAME -> scores`.
 REWARD_CALL = Signature("reward", "the rule reward function, its score on the last response token",

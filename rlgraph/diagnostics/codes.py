@@ -60,6 +60,13 @@ _ALL = [
     Code("oversubscribed", "error", "a device holds more than it can"),
     Code("out-of-memory", "error", "the estimated memory exceeds a device's capacity"),
     Code("memory-unknown", "warning", "the memory of a role cannot be estimated"),
+    # --- what rlgraph's runtime implements (`run` refuses all but setting-ignored) -----
+    Code("kind-not-implemented", "warning", "a role of a kind the runtime does not run"),
+    Code("engine-not-implemented", "warning", "a rollout engine the runtime does not implement"),
+    Code("tp-not-implemented", "warning", "a rollout's tp is more than its engine can span"),
+    Code("log-probs-not-implemented", "warning", "generate keeps log-probs its engine cannot return"),
+    Code("several-generate-calls", "warning", "more generate calls in one step than the runtime runs"),
+    Code("setting-ignored", "warning", "a setting the runtime would ignore"),
 ]
 
 CODES: dict[str, Code] = {code.name: code for code in _ALL}

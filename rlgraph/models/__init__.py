@@ -1,6 +1,6 @@
 """Models: names -> local folders, the built-in tiny models and the script that makes them.
 
-    resolve_model_path("builtin:arith-gpt")   # built into $RLGRAPH_CACHE/models on first use
+    resolve_model_path("builtin:arith-gpt")   # shipped in rlgraph/models/weights, checked against its sha256
     resolve_model_path("/path/to/a/folder")   # returned as an absolute path
     greedy_accuracy(model, tokenizer, rows)   # from rlgraph.models.eval
 
@@ -14,6 +14,7 @@ from typing import Any
 
 _EXPORTS = {
     "ModelNotFoundError": "rlgraph.models.registry",
+    "CorruptModelError": "rlgraph.models.registry",
     "BUILTIN_MODELS": "rlgraph.models.registry",
     "resolve_model_path": "rlgraph.models.registry",
     "builtin_model_folder": "rlgraph.models.registry",

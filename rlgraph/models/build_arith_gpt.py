@@ -9,9 +9,11 @@ of the val split that lands in the target band: RL then starts from a model that
 the time, with room to improve. The folder holds the model (safetensors), the tokenizer and
 `rlgraph_build.json` (recipe, steps, every check, the accuracy on the whole val split).
 
-Deterministic: seeded, one thread (which also keeps a busy machine from stalling it: with two
-threads on two shared cores, a step can take ten times longer), global RNG state restored afterwards.
-`resolve_model_path("builtin:arith-gpt")` runs it on first use: about 25 s on one CPU core.
+Deterministic on one machine: seeded, one thread (which also keeps a busy machine from stalling it:
+with two threads on two shared cores, a step can take ten times longer), global RNG state restored
+afterwards. It is the recipe of the weights shipped as builtin:arith-gpt (rlgraph/models/weights/,
+hashes pinned in registry.py): they are what it produced on the project's 2-core CPU machine, about
+45 s. Another CPU may round differently, stop at another check and give other bytes.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 from rlgraph.models.recipe import build_main, deterministic, save_build
 
 MODEL_NAME = "builtin:arith-gpt"
-MODEL_VERSION = 2  # part of the cache folder name: bump it whenever the recipe below changes (v1: 2 x 128)
+MODEL_VERSION = 2  # in rlgraph_build.json: bump it whenever the recipe below changes (v1: 2 x 128)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,108 +1,105 @@
-"""Model names -> local folders. No downloads: a model is a built-in, made here on first use, or a
+"""Model names -> local folders. No downloads: a model is a built-in, shipped inside the package, or a
 folder already on this machine.
 
-`builtin:<name>` models are listed in BUILTIN_MODELS with the folder they build into (versioned, so a
-changed recipe builds afresh) and the function that builds them. A build writes into a temporary
-folder next to the final one and renames it into place, under a file lock: a reader never sees half
-a model, and two processes asking at once build it once.
+`builtin:<name>` models are listed in BUILTIN_MODELS: their folder under rlgraph/models/weights, the
+sha256 of every file in it, and the recipe that made those bytes. Every machine runs the same bytes
+(a model trained on first use came out differently on different CPUs). Resolving a built-in checks
+the hashes first, so a damaged install fails with a message instead of loading a different model.
+
+The recipes stay runnable (`python -m rlgraph.models.build_arith_gpt --out DIR`); the shipped bytes
+are what they produced on the project's build machine, and another CPU may produce other bytes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import logging
-import shutil
-from collections.abc import Callable
+import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 
-from rlgraph.data.cache import build_lock, cache_dir, temp_sibling
-from rlgraph.models.build_arith_gpt import MODEL_VERSION as ARITH_GPT_VERSION  # light imports
-from rlgraph.models.build_arith_rm import MODEL_VERSION as ARITH_RM_VERSION
-from rlgraph.models.recipe import BUILD_REPORT
-
 BUILTIN_PREFIX = "builtin:"
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 
 class ModelNotFoundError(Exception):
     """A model name that is neither a built-in model nor a local folder."""
 
 
+class CorruptModelError(Exception):
+    """A built-in model whose shipped files are missing or do not match their pinned hashes."""
+
+
 @dataclasses.dataclass(frozen=True)
 class BuiltinModel:
-    folder: str  # under $RLGRAPH_CACHE/models
-    builder: str | Callable[[Path], object]  # "module:function" (imported when needed), called as f(out_dir)
+    folder: str  # under WEIGHTS_DIR
+    sha256: Mapping[str, str]  # every shipped file -> the sha256 of its bytes
+    recipe: str  # the module that made them: `python -m RECIPE --out DIR`
     about: str
 
 
 BUILTIN_MODELS: dict[str, BuiltinModel] = {
     "arith-gpt": BuiltinModel(
-        folder=f"arith-gpt-v{ARITH_GPT_VERSION}",
-        builder="rlgraph.models.build_arith_gpt:build_arith_gpt",
-        about="tiny rotary GPT that adds two-digit numbers about half the time (policy for builtin:arith)",
-    ),
-    "arith-rm": BuiltinModel(
-        folder=f"arith-rm-v{ARITH_RM_VERSION}",
-        builder="rlgraph.models.build_arith_rm:build_arith_rm",
-        about="reward model for builtin:arith: a sequence classifier scoring 1 for a right sum, 0 for a wrong one "
-              "(0.93 held-out accuracy; built from arith-gpt on first use, about 3.5 min on one core)",
+        folder="arith-gpt",
+        sha256={
+            "model.safetensors": "bb0b93242bb53ec294315939e7cbcf3a60fa186f0c43e28254d7d6c71cee0f2c",
+            "config.json": "3c2b6628203e1462e720cc7cfb04e8dba5f13ac5c7d45fc433696686c3d7114e",
+            "generation_config.json": "e9c42bd8c4e08af12d7090aa6d4ad66489ade8373cd9b7d49f651c60103ce14c",
+            "tokenizer.json": "7dee99112ca753cbe50b6dcb950bd7cd42249468df5b4369b9ed36581f9765b0",
+            "tokenizer_config.json": "49c829a5e2b3ce7d1dd15d898d4c382f5ba6f073cb71ebf19c93c8c5907ef49d",
+            "rlgraph_build.json": "94b519a5ecc12bfd39d48714916c36425bf3c4bea92359f3eaca106dfcb273f2",
+        },
+        recipe="rlgraph.models.build_arith_gpt",
+        about="tiny rotary GPT that adds two-digit numbers 43.8% of the time, greedy (policy for builtin:arith)",
     ),
 }
 
 
 def resolve_model_path(name: str) -> str:
-    """The absolute local folder of model `name`, building a built-in model on first use."""
+    """The absolute local folder of model `name`; a built-in's shipped files are checked first."""
     if name.startswith(BUILTIN_PREFIX):
-        return str(_builtin_folder(name[len(BUILTIN_PREFIX) :]))
+        return str(verified_builtin_folder(name[len(BUILTIN_PREFIX) :]))
     path = Path(name).expanduser()
     if path.is_dir():
         return str(path.resolve())
-    builtins = ", ".join(f"{BUILTIN_PREFIX}{n}" for n in sorted(BUILTIN_MODELS))
     raise ModelNotFoundError(
         f"model {name!r} is not a local folder"
         + (" (it is a file; give the folder that holds config.json)" if path.exists() else "")
         + f"; rlgraph never downloads models. Give the path of a folder saved with save_pretrained, "
-        f"or a built-in model: {builtins}"
+        f"or a built-in model: {_builtin_names()}"
     )
 
 
 def builtin_model_folder(name: str) -> Path:
-    """Where built-in model `name` lives (whether or not it is built yet)."""
-    return cache_dir() / "models" / _builtin(name).folder
+    """Where built-in model `name` is shipped (not checked: see `verified_builtin_folder`)."""
+    return WEIGHTS_DIR / _builtin(name).folder
+
+
+def verified_builtin_folder(name: str) -> Path:
+    """The shipped folder of built-in model `name`, once every file in it matches its pinned sha256."""
+    model = _builtin(name)
+    folder = WEIGHTS_DIR / model.folder
+    for file, expected in model.sha256.items():
+        path = folder / file
+        if not path.is_file():
+            problem = "is missing"
+        elif (actual := hashlib.sha256(path.read_bytes()).hexdigest()) != expected:
+            problem = f"has sha256 {actual}, not the pinned {expected}"
+        else:
+            continue
+        raise CorruptModelError(
+            f"built-in model {BUILTIN_PREFIX}{name} is damaged: {path} {problem}. Reinstall rlgraph, or in "
+            f"a checkout of its repository: `git checkout -- {path.relative_to(WEIGHTS_DIR.parents[2])}`."
+        )
+    return folder
 
 
 def _builtin(name: str) -> BuiltinModel:
     try:
         return BUILTIN_MODELS[name]
     except KeyError:
-        builtins = ", ".join(f"{BUILTIN_PREFIX}{n}" for n in sorted(BUILTIN_MODELS))
-        message = f"no built-in model {BUILTIN_PREFIX}{name}; the built-in models are: {builtins}"
+        message = f"no built-in model {BUILTIN_PREFIX}{name}; the built-in models are: {_builtin_names()}"
         raise ModelNotFoundError(message) from None
 
 
-def _builtin_folder(name: str) -> Path:
-    folder = builtin_model_folder(name)
-    if _is_complete(folder):
-        return folder
-    with build_lock(folder):
-        if _is_complete(folder):  # built by another process while we waited
-            return folder
-        logging.getLogger(__name__).info("building %s%s into %s (first use)", BUILTIN_PREFIX, name, folder)
-        build = _builtin(name).builder
-        if isinstance(build, str):
-            module, _, function = build.partition(":")
-            build = getattr(importlib.import_module(module), function)
-        tmp = temp_sibling(folder)
-        try:
-            build(tmp)
-            if folder.exists():  # an incomplete leftover of an older, interrupted layout
-                shutil.rmtree(folder)
-            tmp.rename(folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return folder
-
-
-def _is_complete(folder: Path) -> bool:
-    # The build writes its report last and the folder appears whole by rename.
-    return (folder / BUILD_REPORT).is_file()
+def _builtin_names() -> str:
+    return ", ".join(f"{BUILTIN_PREFIX}{n}" for n in sorted(BUILTIN_MODELS))

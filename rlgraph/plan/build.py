@@ -7,6 +7,7 @@ from rlgraph.diagnostics import Diagnostic
 from rlgraph.plan.memory import estimate
 from rlgraph.plan.model import CallPlan, Plan
 from rlgraph.plan.placement import place
+from rlgraph.plan.resolve import call_settings, data_settings, train_settings
 from rlgraph.plan.schedule import schedule
 from rlgraph.spec.schema import BLOCKS
 
@@ -30,19 +31,32 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
         diagnostics += placed + estimated
         plan.rewards = {name: decl.get("fn") for name, decl in program.rewards.items()}
         plan.models = {name: dict(decl.values) for name, decl in program.models.items()}
-        plan.data = dict(program.data.values) if program.data is not None else {}
-        plan.train = (dict(program.train.values) if program.train is not None
-                      else {name: key.default for name, key in BLOCKS["train"].keys.items()})
+        plan.data = _or_none(lambda: data_settings(program))
+        plan.train = _or_none(lambda: train_settings(program.train.values if program.train is not None
+                                                     else {name: key.default for name, key in BLOCKS["train"].keys.items()}))
     if graph is not None:
         plan.schedule, stage_of = schedule(graph, plan.placements)
+        roles = {r.name: r.settings for r in plan.roles}
+        replicas = {r.name: r.replicas for r in plan.roles}
+        generate = next((c for c in graph.calls() if c.kind == "role" and c.method == "generate"), None)
+        rollout = roles.get(generate.target) if generate is not None else None
         plan.calls = [CallPlan(c.id, c.label, c.kind, c.target, c.method, c.role_kind,
                                [list(port) for port in c.inputs], [list(port) for port in c.outputs],
-                               dict(c.kwargs), stage_of.get(c.id, 0))
+                               dict(c.kwargs), stage_of.get(c.id, 0),
+                               _or_none(lambda c=c: call_settings(c, roles, replicas, rollout)))
                       for c in graph.calls()]
         plan.syncs = [[s.source, s.target] for s in graph.syncs]
     diagnostics.sort(key=_order)
     plan.diagnostics = [d.to_json() for d in diagnostics]
     return plan, diagnostics
+
+
+def _or_none(resolve):
+    """Resolved settings, or None where the spec has errors in them (a plan with errors never runs)."""
+    try:
+        return resolve()
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def build_plan(compilation: Compilation) -> Plan:

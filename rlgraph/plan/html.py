@@ -97,9 +97,9 @@ def _roles(plan: Plan) -> list[dict]:
         processes.setdefault(p.role, set()).add(p.process)
     return [{"name": r.name, "kind": r.kind, "color": KIND_COLORS.get(r.kind, "#777"),
              "model": r.model or "—", "path": r.model_path or "",
-             "where": f"colocated with {r.colocate}" if r.colocate else f"pool {r.config.get('pool')}",
-             "replicas": r.replicas, "tp": r.tp, "dtype": r.config.get("dtype") or "—",
-             "strategy": r.config.get("strategy") or "—", "processes": len(processes.get(r.name, ())),
+             "where": f"colocated with {r.colocate}" if r.colocate else f"pool {r.pool}",
+             "replicas": r.replicas, "tp": r.tp, "dtype": r.dtype_label,
+             "strategy": r.strategy_label or "—", "processes": len(processes.get(r.name, ())),
              "placed": r.name in processes} for r in plan.roles]
 
 

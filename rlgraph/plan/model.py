@@ -12,7 +12,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-PLAN_VERSION = 1
+from rlgraph.contract.methods import call_settings_class
+from rlgraph.contract.settings import (ROLE_SETTINGS, DataSettings, TrainSettings, settings_from_dict,
+                                       settings_to_dict)
+
+_SPEC_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+PLAN_VERSION = 2  # 2: typed, resolved settings for roles, calls, data and train
 DRIVER = "driver"  # the process that runs transforms (kl_penalty, gae, ...) and rule rewards
 
 
@@ -27,16 +32,26 @@ class PoolPlan:
 
 @dataclass
 class RolePlan:
-    """What runs: a role's kind, model and settings (everything its worker needs)."""
+    """What runs: a role's kind, model and resolved settings (everything its worker needs)."""
 
     name: str
     kind: str  # actor | rollout | ref | critic | reward_model
     model: str | None  # declared model name
     model_path: str | None  # as written: a folder or `builtin:...`
+    pool: str | None  # the pool it names (None: colocated with another role)
     replicas: int  # data-parallel size
     tp: int  # devices per replica
     colocate: str | None  # the role whose processes this one shares (the root of the chain)
-    config: dict[str, Any]  # every key of the role block, defaults filled, optim included
+    settings: Any  # the kind's class in rlgraph.contract.settings (ActorSettings, RolloutSettings, ...)
+
+    @property
+    def dtype_label(self) -> str:
+        """The dtype as a spec writes it (fp32, bf16, fp16), for plan renderers."""
+        return _SPEC_DTYPES.get(getattr(self.settings, "dtype", None), "—")
+
+    @property
+    def strategy_label(self) -> str:
+        return getattr(self.settings, "strategy", None) if self.kind in ("actor", "critic") else "—"
 
 
 @dataclass
@@ -62,8 +77,9 @@ class CallPlan:
     role_kind: str | None
     inputs: list[list[str]]  # [port, field]
     outputs: list[list[str]]
-    kwargs: dict[str, Any]
+    kwargs: dict[str, Any]  # as the spec gives them, defaults filled: for people (plan text, diffs)
     stage: int
+    settings: Any = None  # resolved, typed (rlgraph.contract.settings): what the runtime reads
 
 
 @dataclass
@@ -96,8 +112,8 @@ class Plan:
     syncs: list[list[str]] = field(default_factory=list)  # [trained role, rollout role]
     schedule: list[Stage] = field(default_factory=list)
     memory: list[MemoryRow] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
-    train: dict[str, Any] = field(default_factory=dict)
+    data: DataSettings | None = None  # None only in a plan of a spec without a data block (an error)
+    train: TrainSettings | None = None
     models: dict[str, dict[str, Any]] = field(default_factory=dict)  # model name -> its block's values
     diagnostics: list[dict[str, Any]] = field(default_factory=list)
     version: int = PLAN_VERSION
@@ -126,6 +142,13 @@ class Plan:
     # ---- serialisation
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        for row, role in zip(data["roles"], self.roles):
+            row["settings"] = None if role.settings is None else settings_to_dict(role.settings)
+        for row, call in zip(data["calls"], self.calls):
+            row["settings"] = None if call.settings is None else settings_to_dict(call.settings)
+        for name in ("data", "train"):
+            value = getattr(self, name)
+            data[name] = None if value is None else settings_to_dict(value)
         return {"version": data.pop("version"), **data}
 
     def to_json(self) -> str:
@@ -139,15 +162,17 @@ class Plan:
         return cls(
             spec=data["spec"],
             pools=[PoolPlan(**p) for p in data["pools"]],
-            roles=[RolePlan(**r) for r in data["roles"]],
+            roles=[RolePlan(**{**r, "settings": None if r["settings"] is None
+                                  else settings_from_dict(ROLE_SETTINGS[r["kind"]], r["settings"])})
+                   for r in data["roles"]],
             placements=[Placement(**p) for p in data["placements"]],
             rewards=data["rewards"],
-            calls=[CallPlan(**c) for c in data["calls"]],
+            calls=[CallPlan(**{**c, "settings": _call_settings(c)}) for c in data["calls"]],
             syncs=data["syncs"],
             schedule=[Stage(**s) for s in data["schedule"]],
             memory=[MemoryRow(**m) for m in data["memory"]],
-            data=data["data"],
-            train=data["train"],
+            data=None if data["data"] is None else settings_from_dict(DataSettings, data["data"]),
+            train=None if data["train"] is None else settings_from_dict(TrainSettings, data["train"]),
             models=data["models"],
             diagnostics=data["diagnostics"],
         )
@@ -155,3 +180,10 @@ class Plan:
     @classmethod
     def from_json(cls, text: str) -> "Plan":
         return cls.from_dict(json.loads(text))
+
+
+def _call_settings(call: dict[str, Any]) -> Any:
+    if call.get("settings") is None:
+        return None
+    cls = call_settings_class(call["kind"], call["target"], call.get("role_kind"), call.get("method"))
+    return settings_from_dict(cls, call["settings"])

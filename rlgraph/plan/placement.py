@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from rlgraph.compiler.topology import dp_size, model_of, root_of, tp_of
 from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.plan.model import Placement, PoolPlan, RolePlan
+from rlgraph.plan.resolve import role_settings
 from rlgraph.spec.program import Decl, Program
 
 GPU_ONLY_ENGINES = ("sglang",)
@@ -105,11 +106,20 @@ def _role_plan(program: Program, role: Decl) -> RolePlan:
         kind=role.kind,
         model=model,
         model_path=model_decl.get("path") if model_decl else None,
+        pool=role.get("pool"),
         replicas=dp_size(program, role),
         tp=tp_of(role),
         colocate=root.name if colocated else None,
-        config={**role.values, "kind": role.kind},
+        settings=_settings(program, role, root),
     )
+
+
+def _settings(program: Program, role: Decl, root: Decl):
+    """The role's resolved settings; None when a value was rejected (the spec has errors, nothing runs)."""
+    try:
+        return role_settings(program, role, root)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _out_of_devices(role: Decl, pool: _Pool, earlier: list[tuple[int, int]], replica: int) -> Diagnostic:

@@ -29,11 +29,10 @@ def _roles_table(plan: Plan):
     for column in ("role", "kind", "model", "runs on", "replicas", "tp", "dtype", "strategy"):
         table.add_column(column, justify="right" if column in ("replicas", "tp") else "left")
     for role in plan.roles:
-        where = f"colocated with {role.colocate}" if role.colocate else f"pool {role.config.get('pool')}"
+        where = f"colocated with {role.colocate}" if role.colocate else f"pool {role.pool}"
         table.add_row(f"[bold {KIND_COLORS.get(role.kind, 'white')}]{role.name}[/]", role.kind,
                       f"{role.model or '—'}" + (f" [dim]({role.model_path})[/]" if role.model_path else ""),
-                      where, str(role.replicas), str(role.tp), str(role.config.get("dtype") or "—"),
-                      str(role.config.get("strategy") or "—"))
+                      where, str(role.replicas), str(role.tp), role.dtype_label, role.strategy_label or "—")
     return table
 
 

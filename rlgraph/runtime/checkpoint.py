@@ -7,6 +7,7 @@
         rng/<process>.pt  torch / python / numpy RNG states of each process, rng/driver.pt the driver's
         trainer_state.pt  the step, the data loader's position, the adaptive KL coefficients
         meta.json         the same facts for people: step, roles, time, the last metrics
+        plan.json         the plan it was trained with (Plan.to_dict()): a resume compares against it
 
 Everything is safetensors or `torch.save` of tensors and plain python, read back with
 `torch.load(weights_only=True)`: loading a checkpoint never unpickles arbitrary objects.
@@ -30,6 +31,7 @@ import torch
 
 CHECKPOINTS = "checkpoints"
 TRAINER_STATE = "trainer_state.pt"
+PLAN = "plan.json"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -49,6 +51,11 @@ class Checkpoint:
 
     def trainer_state(self) -> dict[str, Any]:
         return torch.load(self.path / TRAINER_STATE, weights_only=True)
+
+    def plan(self) -> dict[str, Any] | None:
+        """The plan dict it was trained with; None for a checkpoint written before checkpoints kept it."""
+        file = self.path / PLAN
+        return json.loads(file.read_text()) if file.is_file() else None
 
 
 def process_file_name(process: str) -> str:

@@ -13,51 +13,44 @@ from the next generate). A rollout that shares its process with the policy syncs
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import ray
 import torch
 
 from rlgraph.plan.model import CallPlan, Plan
-from rlgraph.runtime.errors import ACTOR_NAMES, ProcessDiedError, RunError, WorkerError
+from rlgraph.runtime.errors import ProcessDiedError, RunError, WorkerError
 from rlgraph.runtime.group import Pending, StageBatch
 from rlgraph.runtime.lowering import Lowered
 from rlgraph.runtime.metrics import batch_metrics, timing_name
+from rlgraph.runtime.step import (SEMANTIC_PORTS, StepResult, add_time, derive_seed, role_entry,  # noqa: F401
+                                  step_arguments)
 from rlgraph.runtime.roles import WorkerSpec, generate_call
 from rlgraph.runtime.transforms import DriverCalls
 
 # Driver-made tensors up to this size go to a call by value (advantages, returns: a few KiB each).
 _BY_VALUE_BYTES = 64 * 1024
 
-# Port meanings the batch metrics read (critic/score, critic/rewards, ...).
-_SEMANTIC_PORTS = ("scores", "rewards", "advantages", "returns", "values")
-
-
-def derive_seed(seed: int, step: int, purpose: str) -> int:
-    """A seed for one purpose at one step: the same on every machine and on every resume."""
-    digest = hashlib.sha256(f"rlgraph:{seed}:{step}:{purpose}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 2  # < 2**62
 
 
 @contextlib.contextmanager
-def ray_errors() -> Iterator[None]:
-    """Ray's wrappers off: a worker's WorkerError as itself, a dead process as ProcessDiedError."""
+def ray_errors(actor_names: Mapping[str, str]) -> Iterator[None]:
+    """Ray's wrappers off: a worker's WorkerError as itself, a dead process as ProcessDiedError named by
+    `actor_names` (Ray actor id hex -> what the process hosts: `Lowered.actor_names`)."""
     try:
         yield
     except ray.exceptions.RayTaskError as err:
         cause = getattr(err, "cause", None)
-        if isinstance(cause, WorkerError):
+        if isinstance(cause, RunError):  # a WorkerError, or a reward's error in a step run in its process
             raise cause from None
         raise
     except (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError) as err:
         text = _first_line(str(err))
         actor_id = getattr(err, "actor_id", None)
-        name = ACTOR_NAMES.get(actor_id.hex() if hasattr(actor_id, "hex") else str(actor_id or ""))
+        name = actor_names.get(actor_id.hex() if hasattr(actor_id, "hex") else str(actor_id or ""))
         if name:
             text = f"{name}: {text}"
         if "creation task" in text:
@@ -92,8 +85,9 @@ class Fields:
     many calls read it. `semantic` keeps the tensors the batch metrics need, by what they mean.
     """
 
-    def __init__(self, values: dict[str, Any]) -> None:
+    def __init__(self, values: dict[str, Any], actor_names: Mapping[str, str]) -> None:
         self.values = dict(values)
+        self.actor_names = actor_names
         self.cache: dict[str, Any] = {}
         self.refs: dict[str, ray.ObjectRef] = {}
         self.semantic: dict[str, Any] = {}
@@ -107,7 +101,7 @@ class Fields:
         self.values[name] = value
         if not isinstance(value, ray.ObjectRef):
             self.cache[name] = value
-        if port in _SEMANTIC_PORTS:
+        if port in SEMANTIC_PORTS:
             self.semantic[port] = value
 
     def local(self, name: str) -> Any:
@@ -115,7 +109,7 @@ class Fields:
             return self.local(self.sample_log_probs[name]).sample_log_probs
         if name not in self.cache:
             value = self.values[name]
-            with ray_errors():
+            with ray_errors(self.actor_names):
                 self.cache[name] = ray.get(value) if isinstance(value, ray.ObjectRef) else value
         return self.cache[name]
 
@@ -135,42 +129,35 @@ class Fields:
         return self.refs[name]
 
 
-@dataclass
-class StepResult:
-    metrics: dict[str, float] = field(default_factory=dict)
-    timing: dict[str, float] = field(default_factory=dict)
-    stages: list[float] = field(default_factory=list)  # wall seconds of each stage of the schedule
-
-
 class StepDriver:
     def __init__(self, plan: Plan, lowered: Lowered, specs: dict[str, WorkerSpec], driver_calls: DriverCalls) -> None:
         self.plan = plan
         self.lowered = lowered
         self.specs = specs
         self.driver_calls = driver_calls
-        self.seed = int(plan.train.get("seed", 0))
+        self.seed = plan.train.seed
         generate = generate_call(plan)
         if generate is None:
             raise ValueError("the step has no `generate` call")
         self.generate = generate
-        self.rollout_role = plan.role(generate.target)
-        self.n = int(self.rollout_role.config.get("n") or 1)
-        temperature = float(self.rollout_role.config.get("temperature", 1.0))
-        self.temperature = temperature if temperature > 0 else 1.0  # log-probs of greedy samples: T = 1
-        self.sampling = {key: self.rollout_role.config[key]
-                         for key in ("temperature", "top_p", "top_k", "max_new_tokens") if key in self.rollout_role.config}
         self.responses_field = generate.outputs[0][1]
+        self.in_sync = False  # whether every rollout holds the weights of the latest update
+        self.local: Any = None  # the process that runs whole steps (use_local_step), if any
 
     # --- weight sync ---
 
     def sync_weights(self) -> float:
-        """Every sync edge, trained role -> rollout; seconds spent (0 for an in-place rollout)."""
+        """Every sync edge, trained role -> rollout; seconds spent (0 for an in-place rollout, or when the
+        rollouts already hold the weights of the latest update: validation syncs before the next step does)."""
+        if self.in_sync:
+            return 0.0
+        self.in_sync = True
         start = time.perf_counter()
         copies = [(source, target) for source, target in self.plan.syncs if self.specs[target].worker != "alias"]
         if not copies:
             return 0.0  # every rollout generates with its source's own module: nothing moves
         for source, target in copies:
-            with ray_errors():
+            with ray_errors(self.lowered.actor_names):
                 # dispatch `one`: the replicas of a trained role hold the same weights, rank 0's are put
                 # into the object store once; dispatch `all`: every rollout replica loads that one object
                 state_ref = self.lowered.groups[source].one("state_dict").result()
@@ -180,25 +167,46 @@ class StepDriver:
 
     # --- one step ---
 
+    def use_local_step(self, rewards: dict[str, Any]) -> bool:
+        """Run each step inside the plan's one process, when it has one (every role there): one Ray call per
+        step instead of one per stage. False (and the per-stage path) if that process cannot take it, e.g. a
+        reward function it cannot import."""
+        processes = list(self.lowered.processes.values())
+        if len(processes) != 1:
+            return False
+        try:
+            with ray_errors(self.lowered.actor_names):
+                ray.get(processes[0].prepare_local_step.remote(self.plan, rewards))
+        except RunError:
+            return False
+        self.local = processes[0]
+        return True
+
     def run(self, step: int, prompts: list[dict[str, Any]]) -> StepResult:
+        self.in_sync = False  # the step's updates change the weights
+        if self.local is not None:
+            with ray_errors(self.lowered.actor_names):
+                result, kl_state = ray.get(self.local.run_step.remote(step, prompts, self.driver_calls.state_dict()))
+            self.driver_calls.load_state_dict(kl_state)
+            return result
         result = StepResult()
-        fields = Fields({"prompts": prompts})
+        fields = Fields({"prompts": prompts}, self.lowered.actor_names)
         for stage in self.plan.schedule:
             stage_start = time.perf_counter()
             calls = [self.plan.call(call_id) for call_id in stage.calls]
             # --- role calls start first and run in their processes while the driver does its part
-            with ray_errors(), StageBatch():  # one actor task per process for the stage's calls
+            with ray_errors(self.lowered.actor_names), StageBatch():  # one actor task per process for the stage's calls
                 launched = [(call, self._launch(call, step, fields)) for call in calls if call.kind == "role"]
             for call in calls:
                 if call.kind != "role":
                     self._run_on_driver(call, step, fields, result)
             # --- then the stage is awaited as a whole
-            with ray_errors():
+            with ray_errors(self.lowered.actor_names):
                 # The seconds refs finish with their task and carry its error, so waiting on them alone
                 # fails fast without copying every result (the Rollout, log-probs) to the driver.
                 wait_fail_fast([r for _, p in launched for r in p.times])
                 for call, pending in launched:
-                    _add(result.timing, timing_name(call), pending.seconds())
+                    add_time(result.timing, timing_name(call), pending.seconds())
                     value = pending.result()
                     if call.method == "update":
                         result.metrics.update(ray.get(value) if isinstance(value, ray.ObjectRef) else value)
@@ -221,66 +229,30 @@ class StepDriver:
         start = time.perf_counter()
         inputs = {port: fields.local(name) for port, name in call.inputs}
         outputs, metrics = self.driver_calls.run(call, inputs, fields.local(self.responses_field), f"step {step}")
-        _add(result.timing, timing_name(call), time.perf_counter() - start)
+        add_time(result.timing, timing_name(call), time.perf_counter() - start)
         result.metrics.update(metrics)
         for port, name in call.outputs:
             fields.set(name, outputs[port], port)
         for port, name in call.inputs:
-            if port in _SEMANTIC_PORTS:
+            if port in SEMANTIC_PORTS:
                 fields.semantic.setdefault(port, inputs[port])
 
     def _launch(self, call: CallPlan, step: int, fields: Fields) -> Pending:
+        """A role call, as the role-method table says: `worker_method(rollout, *token inputs, settings=...,
+        **step arguments)` on the role's replicas, dispatched by the entry's mode."""
+        entry = role_entry(call)
         group = self.lowered.groups[call.target]
-        role = self.plan.role(call.target)
-        micro_batch = role.config.get("micro_batch")
         ports = dict(call.inputs)
-        kw = call.kwargs
-        as_arg = fields.arg
-        rollout = as_arg(self.responses_field) if call.method != "generate" else None
-
-        if call.method == "generate":
+        if entry.dispatch == "each":  # generate: each replica its share of the prompts and its own seed
             prompts = fields.local(ports["prompts"])
             k = len(group)
             if len(prompts) % k:
                 raise RunError(f"a batch of {len(prompts)} prompts cannot be split evenly between the {k} replicas "
                                f"of `{call.target}`; make data.batch_size a multiple of {k}")
             size = len(prompts) // k
-            keep = {"with_log_probs": True} if len(call.outputs) > 1 else {}  # `-> responses, log_prob`
-            per_replica = [
-                ((prompts[i * size : (i + 1) * size], self.n),
-                 {**self.sampling, "seed": derive_seed(self.seed, step, f"generate/{i}"), "uid_offset": i * size,
-                  **keep})
-                for i in range(k)
-            ]
-            return group.call_each("generate", per_replica)
-        if call.method == "log_prob":
-            return group.call("log_prob", rollout, micro_batch_size=micro_batch, temperature=self.temperature)
-        if call.method == "values":
-            return group.call("values", rollout, micro_batch_size=micro_batch)
-        if call.method == "score":  # a reward model
-            return group.call("score", rollout, micro_batch_size=micro_batch)
-        if call.method == "update":
-            common = {
-                "epochs": kw.get("epochs", 1),
-                "mini_batch_size": self._mini_batch(kw.get("minibatch"), len(group)),
-                "micro_batch_size": micro_batch,
-                "shuffle_seed": derive_seed(self.seed, step, f"update/{call.target}"),
-            }
-            if call.role_kind == "actor":
-                args = [rollout, as_arg(ports["old_log_prob"]), as_arg(ports["advantages"])]
-                if ports.get("ref_log_prob"):
-                    args.append(as_arg(ports["ref_log_prob"]))
-                return group.call("update", *args, **common, temperature=self.temperature)
-            return group.call("update", rollout, as_arg(ports["values"]), as_arg(ports["returns"]),
-                              **common, cliprange_value=kw.get("clip", 0.5), loss_agg=kw.get("loss_agg", "token-mean"))
-        raise ValueError(f"the runtime has no implementation of `{call.label}` ({call.role_kind}.{call.method})")
-
-    def _mini_batch(self, minibatch_prompts: int | None, replicas: int) -> int | None:
-        """Mini-batches are given in prompts (verl's ppo_mini_batch_size): samples = prompts x n, per replica."""
-        if not minibatch_prompts:
-            return None
-        return max(minibatch_prompts * self.n // replicas, 1)
-
-
-def _add(timing: dict[str, float], name: str, seconds: float) -> None:
-    timing[name] = timing.get(name, 0.0) + seconds
+            per_replica = [((prompts[i * size : (i + 1) * size],), step_arguments(entry, call, self.seed, step, i, size))
+                           for i in range(k)]
+            return group.call_each(entry.worker_method, per_replica)
+        args = [fields.arg(self.responses_field)]
+        args += [fields.arg(ports[port.name]) for port in entry.token_inputs if ports.get(port.name)]
+        return group.call(entry.worker_method, *args, **step_arguments(entry, call, self.seed, step))

@@ -42,7 +42,3 @@ class WorkerError(RunError):
 class ProcessDiedError(RunError):
     """A worker process died (killed for memory, a crash in native code) rather than raising."""
 
-
-# Ray actor id (hex) -> "process P (role `r` replica i, ...) on node N": filled by lowering, so that a
-# process that dies is named in the error rather than by its Ray id.
-ACTOR_NAMES: dict[str, str] = {}

@@ -13,6 +13,7 @@ a resumed run ends with the same weights as one that never stopped (same seed, s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -23,9 +24,11 @@ from typing import Any
 
 import ray
 import torch
+from rich.markup import escape
 
 from rlgraph.plan.model import Plan
 from rlgraph.runtime import checkpoint as ckpt
+from rlgraph.runtime import history
 from rlgraph.runtime.cluster import ray_cluster
 from rlgraph.runtime.console import RunConsole
 from rlgraph.runtime.driver import StepDriver, derive_seed, ray_errors
@@ -34,7 +37,7 @@ from rlgraph.runtime.lowering import DEFAULT_PLACEMENT_TIMEOUT_S, Lowered, lower
 from rlgraph.runtime.metrics import METRICS_FILE, MetricsWriter, plot_curves, read_metrics
 from rlgraph.runtime.preflight import Prepared, preflight
 from rlgraph.runtime.process import rng_state, set_rng_state
-from rlgraph.runtime.roles import WorkerSpec, generate_call, sync_source, worker_specs
+from rlgraph.runtime.roles import WorkerSpec, generate_call, worker_specs
 from rlgraph.runtime.transforms import DriverCalls, score
 
 TRAINED_KINDS = ("actor", "critic")
@@ -64,8 +67,14 @@ def run_plan(
     *,
     console: RunConsole | None = None,
     placement_timeout_s: float | None = None,
+    accept_changes: bool = False,
+    invocation: dict[str, Any] | None = None,
 ) -> RunResult:
     """Train `plan`, writing into `run_dir`. Raises a RunError subclass on anything a user can fix.
+
+    A resume whose plan differs from its checkpoint's (beyond what only extends or observes the run) stops
+    with a PlanChangedError unless `accept_changes`. Every call appends `invocation` (what the user typed,
+    `history.invocation`) and how it started to the run's history.jsonl.
 
     An existing Ray connection in this process is used as is (and left running); otherwise see
     `rlgraph.runtime.cluster`.
@@ -84,11 +93,13 @@ def run_plan(
         console.log(f"[yellow]note[/]: {note}")
 
     resume_from = ckpt.latest_checkpoint(run_dir) if resume else None
+    history.record_start(run_dir, plan.to_dict(), resume_from, accept_changes=accept_changes, invocation=invocation,
+                         log=lambda message: console.log(escape(message)))
     if not resume:
         removed = ckpt.remove_all(run_dir)
         if removed:
             console.log(f"starting fresh: removed {removed} checkpoint(s) of an earlier run in {run_dir}")
-    total = int(plan.train.get("steps", 1))
+    total = plan.train.steps
     if resume_from is not None and resume_from.step >= total:
         console.log(f"{run_dir} is already trained to step {resume_from.step} (train.steps = {total}); nothing to do. "
                     "Raise train.steps to go on, or pass --no-resume to start over.")
@@ -101,7 +112,8 @@ def run_plan(
     model_paths = dict(prepared.model_paths)
     if resume_from is not None:
         for role in plan.roles:
-            if role.kind in TRAINED_KINDS:
+            # a trained role the checkpoint lacks (added with --accept-changes) starts from its model
+            if role.kind in TRAINED_KINDS and resume_from.model_dir(role.name).is_dir():
                 model_paths[role.name] = str(resume_from.model_dir(role.name))
     specs = worker_specs(plan, model_paths)
 
@@ -112,7 +124,7 @@ def run_plan(
         try:
             console.log(f"ray: {cluster.mode} ({cluster.address}); starting {len(plan.processes())} process(es)")
             timeout_s = placement_timeout_s or float(os.environ.get(PLACEMENT_TIMEOUT_ENV) or DEFAULT_PLACEMENT_TIMEOUT_S)
-            with ray_errors():
+            with ray_errors(lowered.actor_names):
                 lower(plan, specs, lowered, timeout_s=timeout_s)
             startup.update({f"startup_s/{part}": seconds for part, seconds in lowered.seconds.items()})
             trainer = Trainer(plan, lowered, specs, prepared, run_dir, console)
@@ -135,16 +147,17 @@ class Trainer:
         self.plan, self.lowered, self.specs, self.prepared = plan, lowered, specs, prepared
         self.run_dir, self.console = run_dir, console
         self.train_cfg = plan.train
-        self.seed = int(plan.train.get("seed", 0))
+        self.seed = plan.train.seed
         self.driver_calls = DriverCalls(plan, prepared.rewards)
         self.driver = StepDriver(plan, lowered, specs, self.driver_calls)
-        self.loader = make_dataloader(prepared.train, int(plan.data["batch_size"]), self.seed,
-                                      shuffle=bool(plan.data.get("shuffle", True)))
+        if self.driver.use_local_step(prepared.rewards):
+            console.log("every role lives in one process: each step runs there in one call")
+        self.loader = make_dataloader(prepared.train, plan.data.batch_size, self.seed,
+                                      shuffle=plan.data.shuffle)
         self.step = 0
         self.resumed = False
-        # validation: the policy that the rollout samples from, generating in its own process
-        generate = generate_call(plan)
-        self.policy_role = sync_source(plan, generate.target) or next(r.name for r in plan.roles if r.kind == "actor")
+        # validation generates through the rollout role's engine, as the step does
+        self.rollout_role = generate_call(plan).target
         self.val_reward_name = validation_reward(plan)
         self.val_reward = prepared.rewards[self.val_reward_name] if self.val_reward_name else None
         self.n_devices = sum(p.nodes * p.devices_per_node for p in plan.pools
@@ -167,9 +180,11 @@ class Trainer:
             if file.is_file():
                 refs.append(handle.set_rng_state.remote(torch.load(file, weights_only=True)))
         for role in self._trained_roles():
+            if not checkpoint.optimizer_file(role).is_file():  # a role added since (see run_plan)
+                continue
             for member in self.lowered.groups[role].members:
                 refs.append(member.handle.load_optimizer.remote(role, str(checkpoint.optimizer_file(role))))
-        with ray_errors():
+        with ray_errors(self.lowered.actor_names):
             ray.get(refs)
         self.resumed = True
 
@@ -179,10 +194,10 @@ class Trainer:
         """Train to train.steps. `startup` (startup_s/*: preflight, ray, placement, workers, data_parallel,
         restore, total) goes into the first record this call writes."""
         startup = dict(startup or {})
-        total = int(self.train_cfg.get("steps", 1))
-        validate_every = int(self.train_cfg.get("validate_every") or 0)
-        checkpoint_every = int(self.train_cfg.get("checkpoint_every") or 0)
-        keep = int(self.train_cfg.get("keep_checkpoints") or 2)
+        total = self.train_cfg.steps
+        validate_every = self.train_cfg.validate_every
+        checkpoint_every = self.train_cfg.checkpoint_every
+        keep = self.train_cfg.keep_checkpoints
         start_step = self.step
         writer = MetricsWriter(self.run_dir, keep_up_to_step=start_step if self.resumed else None)
         last_val = _last(writer.records, "val/score/mean")
@@ -252,18 +267,24 @@ class Trainer:
         if self.prepared.val is None or self.val_reward is None:
             return {}
         items = list(self.prepared.val)
-        chunk = int(self.plan.data.get("val_batch_size") or 256)
-        group = self.lowered.groups[self.policy_role]  # dispatch `one`: rank 0 generates for validation
-        sampling = self.driver.sampling
-        max_new_tokens = int(sampling.get("max_new_tokens", 32))
-        greedy = [group.one("generate", items[i : i + chunk], 1, do_sample=False, max_new_tokens=max_new_tokens,
-                            seed=0).result() for i in range(0, len(items), chunk)]
-        n = int(self.train_cfg.get("val_samples") or 1)
+        chunk = self.plan.data.val_batch_size
+        # A rollout with weights of its own holds those of the last sync, from before this step's update:
+        # sync first (a no-op for a rollout that generates with the policy's module in place).
+        self.driver.sync_weights()
+        group = self.lowered.groups[self.rollout_role]  # dispatch `one`: rank 0 generates for validation
+        # the step's sampling settings, greedy for val/score/mean, with val_samples per prompt for mean@N
+        train_sampling = dataclasses.replace(self.driver.generate.settings, keep_log_probs=False)
+        greedy_settings = dataclasses.replace(train_sampling, n=1, temperature=0.0)
+        greedy = [group.one("generate", items[i : i + chunk], settings=greedy_settings, seed=0).result()
+                  for i in range(0, len(items), chunk)]
+        n = self.train_cfg.val_samples
         sampled = []
         if n > 1:
-            sampled = [group.one("generate", items[i : i + chunk], n, seed=derive_seed(self.seed, step, f"val/{i}"),
-                                 **sampling).result() for i in range(0, len(items), chunk)]
-        with ray_errors():
+            sampled_settings = dataclasses.replace(train_sampling, n=n)
+            sampled = [group.one("generate", items[i : i + chunk], settings=sampled_settings,
+                                 seed=derive_seed(self.seed, step, f"val/{i}")).result()
+                       for i in range(0, len(items), chunk)]
+        with ray_errors(self.lowered.actor_names):
             greedy_rollouts = ray.get(greedy)
             sampled_rollouts = ray.get(sampled)
         when = f"validation at step {step}"
@@ -292,7 +313,7 @@ class Trainer:
                     refs.append(member.handle.save.remote(role, str(writer.staging.model_dir(role)),
                                                           str(writer.staging.optimizer_file(role))))
             rng_refs = {process: handle.rng_state.remote() for process, handle in self.lowered.processes.items()}
-            with ray_errors():
+            with ray_errors(self.lowered.actor_names):
                 ray.get(refs)
                 for process, ref in rng_refs.items():
                     writer.save_tensors(writer.staging.rng_file(process).relative_to(writer.tmp), ray.get(ref))
@@ -303,6 +324,7 @@ class Trainer:
                 "dataloader": self.loader.state_dict(),
                 "kl": self.driver_calls.state_dict(),
             })
+            writer.save_json(ckpt.PLAN, self.plan.to_dict())  # a resume compares its plan with this one
             writer.save_json("meta.json", {
                 "step": step,
                 "spec": self.plan.spec,

@@ -21,7 +21,7 @@ from ray.util.placement_group import placement_group, placement_group_table, rem
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rlgraph.plan.model import Plan, PoolPlan
-from rlgraph.runtime.errors import ACTOR_NAMES, PlacementError
+from rlgraph.runtime.errors import PlacementError
 from rlgraph.runtime.group import Member, WorkerGroup
 from rlgraph.runtime.process import DeviceProcess, HostedRole
 from rlgraph.runtime.roles import WorkerSpec, sharded_roles
@@ -50,6 +50,9 @@ class Lowered:
     node_ids: dict[tuple[str, int], str] = field(default_factory=dict)  # (pool, plan node) -> the Ray node it got
     groups: dict[str, WorkerGroup] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)  # how long each part of `lower` took
+    # Ray actor id (hex) -> "process P (`role` replica i, ...) on node N of pool `p`": a process that dies
+    # is named by this in the error (driver.ray_errors) rather than by its Ray id
+    actor_names: dict[str, str] = field(default_factory=dict)
 
     def process_of(self, role: str, replica: int = 0) -> Any:
         return next(m.handle for m in self.groups[role].members if m.replica == replica)
@@ -59,12 +62,12 @@ class Lowered:
         for handle in self.processes.values():
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
-            ACTOR_NAMES.pop(handle._actor_id.hex(), None)
         for pg in self.placement_groups.values():
             with contextlib.suppress(Exception):
                 remove_placement_group(pg)
         self.processes.clear()
         self.placement_groups.clear()
+        self.actor_names.clear()
 
 
 def process_placements(plan: Plan) -> dict[str, ProcessPlacement]:
@@ -80,10 +83,13 @@ def bundle_of(pool: PoolPlan) -> dict[str, float]:
     return {"GPU": 1.0, "CPU": 1.0} if pool.device == "gpu" else {"CPU": 1.0}
 
 
-def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout_s: float = DEFAULT_PLACEMENT_TIMEOUT_S) -> Lowered:
+def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout_s: float = DEFAULT_PLACEMENT_TIMEOUT_S,
+          process_class: type = DeviceProcess) -> Lowered:
     """Reserve the devices, start one process per device, build the workers in them.
 
     Fills `lowered` as it goes, so the caller can tear down whatever was made if a step fails.
+    `process_class` is what each process runs: DeviceProcess, or a subclass of it (tests inject faults
+    and delays with one; it must be importable or picklable by value in Ray's worker processes).
     """
     clock = time.perf_counter()
     where = process_placements(plan)
@@ -115,7 +121,7 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
     clock = time.perf_counter()
 
     # --- start: one DeviceProcess per device, pinned to its bundle
-    remote = ray.remote(DeviceProcess)
+    remote = ray.remote(process_class)
     for process, w in where.items():
         pool = pools[w.pool]
         options = {
@@ -131,7 +137,7 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
         handle = remote.options(**options).remote(process, w.node, hosted, num_threads, w.bundle)
         lowered.processes[process] = handle
         roles = ", ".join(f"`{role}` replica {replica}" for role, replica in w.hosted)
-        ACTOR_NAMES[handle._actor_id.hex()] = f"process {process} ({roles}) on node {w.node} of pool `{w.pool}`"
+        lowered.actor_names[handle._actor_id.hex()] = f"process {process} ({roles}) on node {w.node} of pool `{w.pool}`"
 
     # --- build the workers, all processes at once (this wait includes starting the processes)
     setups = {process: handle.setup.remote() for process, handle in lowered.processes.items()}

@@ -50,9 +50,12 @@ def _stats(name: str, values: torch.Tensor) -> dict[str, float]:
 
 
 def batch_metrics(rollout: Any, semantic: dict[str, torch.Tensor]) -> dict[str, float]:
-    """verl's data metrics: sequence scores and rewards, advantages, returns and values over response
-    tokens, response and prompt lengths. `semantic` holds the step's tensors by port meaning."""
-    mask = rollout.response_mask  # (batch, R)
+    """verl's data metrics: sequence scores and rewards, advantages, returns and values over the loss
+    mask's tokens, response and prompt lengths. `semantic` holds the step's tensors by port meaning.
+
+    response_length counts the loss mask's tokens (the model's own, not those an environment inserted);
+    its clip_ratio is the share of samples that fill every response column (cut at max length)."""
+    mask = rollout.loss_mask  # (batch, R)
     metrics: dict[str, float] = {}
     if "scores" in semantic:
         metrics |= _stats("critic/score", semantic["scores"].sum(-1))
@@ -65,7 +68,7 @@ def batch_metrics(rollout: Any, semantic: dict[str, torch.Tensor]) -> dict[str, 
     response_length = mask.sum(-1).float()  # (batch,)
     prompt_length = rollout.attention_mask[:, : rollout.prompt_length].sum(-1).float()
     metrics |= _stats("response_length", response_length)
-    metrics["response_length/clip_ratio"] = (response_length == rollout.response_length).float().mean().item()
+    metrics["response_length/clip_ratio"] = (rollout.attention_mask[:, -1] == 1).float().mean().item()
     metrics |= _stats("prompt_length", prompt_length)
     return metrics
 

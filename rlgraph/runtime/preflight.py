@@ -12,7 +12,8 @@ from typing import Any
 
 from rlgraph.plan.model import Plan
 from rlgraph.runtime.errors import PreflightError
-from rlgraph.runtime.roles import SUPPORTED_KINDS, generate_call, worker_specs
+from rlgraph.contract.methods import WORKERS
+from rlgraph.runtime.roles import ALIAS, generate_call, worker_specs
 
 
 @dataclass
@@ -32,8 +33,8 @@ def preflight(plan: Plan, *, starting_locally: bool) -> Prepared:
     tokenizer = _tokenizer(plan, model_paths)
     notes: list[str] = []
     train = _dataset(plan, "train", tokenizer, notes)
-    val = _dataset(plan, "val", tokenizer, notes) if plan.data.get("val") else None
-    batch_size = int(plan.data["batch_size"])
+    val = _dataset(plan, "val", tokenizer, notes) if plan.data.val else None
+    batch_size = plan.data.batch_size
     if len(train) < batch_size:
         raise PreflightError(
             f"data.train has {len(train)} usable prompts, fewer than one batch of data.batch_size = {batch_size}; "
@@ -46,18 +47,24 @@ def _check_supported(plan: Plan, starting_locally: bool) -> None:
     if not plan.ok:
         raise PreflightError("the plan has errors; run `rlgraph check` on the spec to see them")
     for role in plan.roles:
-        if role.kind not in SUPPORTED_KINDS:
-            raise PreflightError(
-                f"role `{role.name}` is a {role.kind}; this runtime runs {', '.join(SUPPORTED_KINDS)} roles."
-            )
+        if role.kind not in WORKERS:
+            raise PreflightError(f"role `{role.name}` is a {role.kind}; this runtime runs {', '.join(WORKERS)} roles.")
     generates = [c for c in plan.calls if c.kind == "role" and c.method == "generate"]
     if len(generates) != 1:
         raise PreflightError(f"the step must generate exactly once; it calls generate {len(generates)} times")
-    if generate_call(plan) and plan.role(generate_call(plan).target).config.get("engine", "hf") != "hf":
-        raise PreflightError(
-            f"role `{generate_call(plan).target}` uses engine = {plan.role(generate_call(plan).target).config['engine']}; "
-            "this runtime generates with engine = hf only."
-        )
+    # A plan.json is run without the compiler's checks: the engine's own capabilities decide.
+    from rlgraph.workers.engines import ENGINES, engine_class
+
+    for role in plan.roles:
+        if role.kind != "rollout":
+            continue
+        if role.settings.engine not in ENGINES:
+            raise PreflightError(f"role `{role.name}` uses engine = {role.settings.engine}; this runtime implements "
+                                 f"{', '.join(sorted(ENGINES))} (code engine-not-implemented)")
+        max_tp = engine_class(role.settings.engine).capabilities.max_tp
+        if role.tp > max_tp:
+            raise PreflightError(f"role `{role.name}` has tp = {role.tp}; the {role.settings.engine} engine runs at "
+                                 f"most {max_tp} device(s) per replica (code tp-not-implemented)")
     if starting_locally:
         gpus = sum(p.nodes * p.devices_per_node for p in plan.pools if p.device == "gpu"
                    and any(pl.pool == p.name for pl in plan.placements))
@@ -101,7 +108,7 @@ def _resolve_models(plan: Plan) -> dict[str, str]:
         resolved[role.name] = by_path[path]
     specs = worker_specs(plan, resolved)
     for name, spec in specs.items():
-        if spec.worker != "alias" and name not in resolved:
+        if spec.worker != ALIAS and name not in resolved:
             raise PreflightError(f"role `{name}` has no model to load; give it `model = NAME`")
     return resolved
 
@@ -133,12 +140,12 @@ def _tokenizer(plan: Plan, model_paths: dict[str, str]) -> Any:
 def _dataset(plan: Plan, split: str, tokenizer: Any, notes: list[str]) -> Any:
     from rlgraph.data import DataError, RLDataset, load_rows, resolve_data_path
 
-    name = plan.data[split]
+    name = getattr(plan.data, split)
     try:
         rows = load_rows(resolve_data_path(name))
     except DataError as err:
         raise PreflightError(f"data.{split}: {err}") from None
-    max_len = plan.data.get("max_prompt_length")
+    max_len = plan.data.max_prompt_length
     dataset = RLDataset(rows, tokenizer, max_prompt_length=max_len)
     if dataset.num_filtered:
         notes.append(f"data.{split}: {dataset.num_filtered} of {len(rows)} prompts are longer than "

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlgraph.runtime.errors import WorkerError
-from rlgraph.runtime.roles import WorkerSpec
+from rlgraph.runtime.roles import ALIAS, WorkerSpec
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,6 @@ class DeviceProcess:
         self.node_ip = "?"
         self.bundle = bundle  # the placement group bundle it was scheduled on (Ray does not tell an actor)
         self.placement: dict[str, Any] = {}  # where Ray really put this process (see `where`)
-        self.delays: dict[tuple[str, str], float] = {}  # test hook: (role, method) -> extra seconds
-        self.faults: dict[tuple[str, str], int] = {}  # test hook: (role, method) -> calls before it raises
 
     # --- life cycle ---
 
@@ -60,29 +58,21 @@ class DeviceProcess:
             self.placement = _ray_placement()
         except Exception:  # not under Ray (a unit test): the node index is enough
             pass
-        ordered = sorted(self.hosted.values(), key=lambda h: h.spec.worker == "alias")
+        ordered = sorted(self.hosted.values(), key=lambda h: h.spec.worker == ALIAS)
         for hosted in ordered:
             with self._reporting(hosted.spec.role, "building its worker"):
                 self.workers[hosted.spec.role] = self._build(hosted.spec)
         return {"process": self.process_id, "node_ip": self.node_ip, "pid": os.getpid()}
 
     def _build(self, spec: WorkerSpec) -> Any:
-        if spec.worker == "alias":
+        """The role's worker, from its resolved settings (rlgraph.contract.settings)."""
+        if spec.worker == ALIAS:
             return self.workers[spec.alias_of]
-        kwargs = dict(spec.kwargs)
-        if spec.worker == "policy":
-            from rlgraph.workers import PolicyWorker
+        import rlgraph.workers as workers
 
-            return PolicyWorker(kwargs.pop("model_path"), **kwargs)
-        if spec.worker == "critic":
-            from rlgraph.workers import CriticWorker
-
-            return CriticWorker(kwargs.pop("model_path"), **kwargs)
-        if spec.worker == "reward_model":
-            from rlgraph.workers import RewardModelWorker
-
-            return RewardModelWorker(kwargs.pop("model_path"), **kwargs)
-        raise ValueError(f"unknown worker {spec.worker!r}")
+        cls = {"policy": workers.PolicyWorker, "critic": workers.CriticWorker,
+               "reward_model": workers.RewardModelWorker, "rollout": workers.RolloutWorker}[spec.worker]
+        return cls(spec.model_path, spec.settings, seed=spec.seed)
 
     def where(self) -> dict[str, Any]:
         """Where this process runs, recorded from inside at setup: the Ray node id and placement group id
@@ -90,14 +80,6 @@ class DeviceProcess:
         scheduled on (Ray does not expose a bundle index to the actor itself)."""
         return {"process": self.process_id, "node": self.node, "bundle": self.bundle, "node_ip": self.node_ip,
                 "pid": os.getpid(), **self.placement}
-
-    def set_delay(self, role: str, method: str, seconds: float) -> None:
-        """Test hook: every later `call(role, method)` sleeps `seconds` first (a stand-in for a slow call)."""
-        self.delays[(role, method)] = seconds
-
-    def set_fault(self, role: str, method: str, after_calls: int = 0) -> None:
-        """Test hook: `call(role, method)` raises RuntimeError once it has run `after_calls` times."""
-        self.faults[(role, method)] = after_calls
 
     # --- data parallel: replicas of trained roles average their gradients (workers/optim.py) ---
 
@@ -133,7 +115,7 @@ class DeviceProcess:
 
         sharded = []
         for role, worker in self.workers.items():
-            if self.hosted[role].spec.worker != "alias" and getattr(worker, "strategy", "ddp") == "fsdp":
+            if self.hosted[role].spec.worker != ALIAS and self.hosted[role].spec.strategy == "fsdp":
                 with self._reporting(role, "sharding its model (strategy = fsdp)"):
                     if fsdp.world_size() > 1:
                         worker.shard()
@@ -155,12 +137,6 @@ class DeviceProcess:
         """`method` of `role`'s worker; returns (result, seconds it took in this process)."""
         with self._reporting(role, f"`{role}.{method}`"):
             start = time.perf_counter()
-            if (role, method) in self.delays:
-                time.sleep(self.delays[(role, method)])
-            if (role, method) in self.faults:
-                self.faults[(role, method)] -= 1
-                if self.faults[(role, method)] < 0:
-                    raise RuntimeError(f"injected fault in {role}.{method} (a test hook)")
             result = getattr(self.workers[role], method)(*args, **kwargs)
             return result, time.perf_counter() - start
 
@@ -171,6 +147,18 @@ class DeviceProcess:
         for role, method, places, kwargs in calls:
             out += self.call(role, method, *[args[i] for i in places], **kwargs)
         return tuple(out)
+
+    # --- the whole step in this process (every role of the plan lives here: rlgraph/runtime/step.py) ---
+
+    def prepare_local_step(self, plan: Any, rewards: dict[str, Any]) -> None:
+        from rlgraph.runtime.step import LocalStep
+        from rlgraph.runtime.transforms import DriverCalls
+
+        with self._reporting(next(iter(self.hosted)), "preparing to run whole steps in its process"):
+            self.local_step = LocalStep(plan, self.call, DriverCalls(plan, rewards))
+
+    def run_step(self, step: int, prompts: list[dict], kl_state: dict[str, float]) -> tuple[Any, dict[str, float]]:
+        return self.local_step.run(step, prompts, kl_state)
 
     # --- checkpoints ---
 

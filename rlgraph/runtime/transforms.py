@@ -6,6 +6,7 @@ where the batch already is instead of costing a round trip to a worker.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any
 
@@ -36,11 +37,10 @@ class DriverCalls:
         self.kl_controllers: dict[str, FixedKLController | AdaptiveKLController] = {}
         for call in plan.calls:
             if call.kind == "transform" and call.target == "kl_penalty":
-                kw = call.kwargs
-                coef = kw.get("coef", 0.001)
+                kl = call.settings  # KlPenaltySettings
                 self.kl_controllers[call.id] = (
-                    AdaptiveKLController(coef, kw["target"], kw.get("horizon") or 10000)
-                    if kw.get("target") is not None else FixedKLController(coef)
+                    AdaptiveKLController(kl.coef, kl.target, kl.horizon)
+                    if kl.target is not None else FixedKLController(kl.coef)
                 )
 
     def run(self, call: CallPlan, inputs: dict[str, Any], rollout: Rollout, when: str = "a step") -> tuple[dict[str, torch.Tensor], dict[str, float]]:
@@ -50,8 +50,8 @@ class DriverCalls:
         if call.target == "kl_penalty":
             controller = self.kl_controllers[call.id]
             rewards, metrics = apply_kl_penalty(
-                inputs["scores"], inputs["log_prob"], inputs["ref_log_prob"], rollout.response_mask,
-                controller.value, call.kwargs.get("kind", "k1"),
+                inputs["scores"], inputs["log_prob"], inputs["ref_log_prob"], rollout.loss_mask,
+                controller.value, call.settings.kind,
             )
             controller.update(metrics["actor/reward_kl_penalty"], n_steps=len(rollout))
             return {"rewards": rewards}, metrics
@@ -61,11 +61,13 @@ class DriverCalls:
         estimator = get_advantage_estimator(call.target)
         params = inspect.signature(estimator).parameters
         args: dict[str, Any] = {_ESTIMATOR_ARGS.get(port, port): value for port, value in inputs.items()}
-        if "response_mask" in params:
-            args["response_mask"] = rollout.response_mask
+        if "response_mask" in params:  # verl's name for the loss mask
+            args["response_mask"] = rollout.loss_mask
         if "index" in params:
             args["index"] = rollout.uid  # the prompt each sample answers: GRPO/RLOO groups
-        args.update({k: v for k, v in call.kwargs.items() if v is not None and k in params})
+        # the settings' fields carry the estimator's parameter names (gamma, lam, epsilon, norm_by_std)
+        args.update({f.name: getattr(call.settings, f.name) for f in dataclasses.fields(call.settings)
+                     if f.name in params})
         advantages, returns = estimator(**args)
         return {"advantages": advantages.float(), "returns": returns.float()}
 

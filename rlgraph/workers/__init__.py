@@ -1,23 +1,41 @@
 """Workers as plain Python classes; the runtime wraps them in Ray actors.
 
-Importing this package is cheap: torch is imported, transformers only when a worker is built.
+Importing this package is cheap: each name below is imported on first use (PEP 562), so reading the engine
+registry (`rlgraph.workers.engines`) imports neither torch nor transformers; transformers is imported only
+when a worker is built.
 """
 
-from rlgraph.workers.batch import Rollout, position_ids_from_mask
-from rlgraph.workers.critic import CriticWorker
-from rlgraph.workers.policy import PolicyWorker
-from rlgraph.workers.reward import RewardFunctionError, RuleReward, load_reward_fn
-from rlgraph.workers.reward_model import RewardModelWorker
-from rlgraph.workers.rollout_hf import HFRollout
+from __future__ import annotations
 
-__all__ = [
-    "CriticWorker",
-    "HFRollout",
-    "PolicyWorker",
-    "Rollout",
-    "RewardFunctionError",
-    "RewardModelWorker",
-    "RuleReward",
-    "load_reward_fn",
-    "position_ids_from_mask",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "CriticWorker": "rlgraph.workers.critic",
+    "PolicyWorker": "rlgraph.workers.policy",
+    "Rollout": "rlgraph.workers.batch",
+    "RewardFunctionError": "rlgraph.workers.reward",
+    "RewardModelWorker": "rlgraph.workers.reward_model",
+    "RolloutWorker": "rlgraph.workers.rollout",
+    "RuleReward": "rlgraph.workers.reward",
+    "load_reward_fn": "rlgraph.workers.reward",
+    "position_ids_from_mask": "rlgraph.workers.batch",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from rlgraph.workers.batch import Rollout, position_ids_from_mask
+    from rlgraph.workers.critic import CriticWorker
+    from rlgraph.workers.policy import PolicyWorker
+    from rlgraph.workers.reward import RewardFunctionError, RuleReward, load_reward_fn
+    from rlgraph.workers.reward_model import RewardModelWorker
+    from rlgraph.workers.rollout import RolloutWorker
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

@@ -2,31 +2,64 @@
 
 Rows of one prompt sit next to each other (verl's interleaved repeat), and `uid` names the prompt a row
 came from, so group-wise advantages (GRPO, RLOO) can find the groups. A `Rollout` is a plain dataclass of
-tensors and lists: it pickles as-is, so it can go through the Ray object store.
+tensors and lists: it pickles compactly (see `__reduce__`), so it can go through Ray inline.
+
+A row is its prompt (left-padded) and its response (right-padded), and a response may hold several
+segments: the model's turns, and tokens an environment inserted between them (a tool's output, a user
+turn). Three things are kept apart, as verl keeps them:
+
+- `attention_mask` (batch, P + R): the tokens the model sees: the prompt and every segment;
+- `loss_mask` (batch, R): the response tokens trained on and counted in losses, advantages and metrics,
+  by default the model's own tokens (verl calls this mask `response_mask`, and so do `rlgraph.algos`);
+- `reward_index` (batch,): the response column a sample's reward sits on, by default its last loss token.
+
+`token_source` says where each response column came from (`TokenSource`) and `segments(row)` lists a row's
+turns. A single-turn rollout is one model segment: all three masks are then "up to and including EOS".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import torch
 
-TENSOR_FIELDS = ("prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask")
+TENSOR_FIELDS = ("prompts", "responses", "input_ids", "attention_mask", "position_ids", "loss_mask", "token_source",
+                 "reward_index", "policy_version")
 LIST_FIELDS = ("uid", "data_source", "ground_truth", "extra_info", "prompt_text", "response_text")
+
+
+class TokenSource(enum.IntEnum):
+    """Where a response column's token came from (`Rollout.token_source`, stored as int8)."""
+
+    PAD = 0  # not part of the sample: the right padding after its last token
+    MODEL = 1  # sampled by the policy
+    ENV = 2  # inserted by an environment between model turns: attended to, not sampled, not trained on
+
+
+class Segment(NamedTuple):
+    """A run of response columns [start, stop) of one source."""
+
+    source: TokenSource
+    start: int
+    stop: int
 
 
 @dataclass
 class Rollout:
-    """Generated samples. P = prompt columns, R = response columns (= max_new_tokens)."""
+    """Generated samples. P = prompt columns, R = response columns (= max_new_tokens for one turn)."""
 
     prompts: torch.Tensor  # (batch, P) left-padded with the pad id
     responses: torch.Tensor  # (batch, R) right-padded with the pad id
     input_ids: torch.Tensor  # (batch, P + R) = cat(prompts, responses)
-    attention_mask: torch.Tensor  # (batch, P + R) = cat(prompt mask, response_mask)
+    attention_mask: torch.Tensor  # (batch, P + R) = cat(prompt mask, token_source != PAD), long
     position_ids: torch.Tensor  # (batch, P + R) = cumsum(attention_mask) - 1, clamped at 0
-    response_mask: torch.Tensor  # (batch, R) 1 up to and including EOS, 0 after
+    loss_mask: torch.Tensor  # (batch, R) long, 1 on the response tokens trained on
+    token_source: torch.Tensor  # (batch, R) int8 TokenSource of each response column
+    reward_index: torch.Tensor  # (batch,) long, the response column the sample's reward sits on
+    policy_version: torch.Tensor  # (batch,) long, the training step whose weights sampled the row
     uid: list[int]  # group id of each row: the prompt's index in the generate call (+ uid_offset)
     data_source: list[str]
     ground_truth: list[Any]
@@ -35,7 +68,7 @@ class Rollout:
     response_text: list[str]  # decoded without special tokens, cut at EOS
     pad_token_id: int = 0  # fills the padded columns; kept so `concat` can re-pad
     # (batch, R) float32 log-probs of the sampled tokens under the weights that sampled them (T applied),
-    # 0 after EOS; kept by `generate(with_log_probs=True)` so the step need not recompute them
+    # 0 where nothing was sampled; kept by `generate(with_log_probs=True)` so the step need not recompute them
     sample_log_probs: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
@@ -43,6 +76,16 @@ class Rollout:
         for name in TENSOR_FIELDS + LIST_FIELDS:
             if len(getattr(self, name)) != batch:
                 raise ValueError(f"Rollout.{name} has {len(getattr(self, name))} rows, prompts has {batch}")
+        for name in ("loss_mask", "token_source"):
+            if getattr(self, name).shape != self.responses.shape:
+                raise ValueError(f"Rollout.{name} has shape {tuple(getattr(self, name).shape)}, "
+                                 f"responses {tuple(self.responses.shape)}")
+
+    @property
+    def response_mask(self) -> torch.Tensor:
+        """verl's name for `loss_mask` (the response tokens trained on), what `rlgraph.algos` takes as
+        `response_mask`. It is not the response half of the attention mask once environments insert tokens."""
+        return self.loss_mask
 
     @property
     def prompt_length(self) -> int:
@@ -54,6 +97,18 @@ class Rollout:
 
     def __len__(self) -> int:
         return self.prompts.shape[0]
+
+    def segments(self, row: int) -> list[Segment]:
+        """The response of `row` as runs of one source, in column order; padding is left out."""
+        runs: list[Segment] = []
+        for column, source in enumerate(self.token_source[row].tolist()):
+            if source == TokenSource.PAD:
+                continue
+            if runs and runs[-1].source == source and runs[-1].stop == column:
+                runs[-1] = runs[-1]._replace(stop=column + 1)
+            else:
+                runs.append(Segment(TokenSource(source), column, column + 1))
+        return runs
 
     def select(self, indices: Sequence[int] | torch.Tensor) -> Rollout:
         """The rows at `indices`, in that order."""
@@ -81,21 +136,24 @@ class Rollout:
         pad_id = parts[0].pad_token_id
         prompt_len = max(p.prompt_length for p in parts)
         response_len = max(p.response_length for p in parts)
-        prompts, responses, response_masks = [], [], []
-        for part in parts:
-            prompts.append(_pad_columns(part.prompts, prompt_len, pad_id, left=True))
-            responses.append(_pad_columns(part.responses, response_len, pad_id, left=False))
-            response_masks.append(_pad_columns(part.response_mask, response_len, 0, left=False))
+
+        def response_columns(name: str, value: int) -> torch.Tensor:
+            return torch.cat([_pad_columns(getattr(p, name), response_len, value, left=False) for p in parts])
+
+        prompts = torch.cat([_pad_columns(p.prompts, prompt_len, pad_id, left=True) for p in parts])
         prompt_mask = torch.cat(
             [_pad_columns(p.attention_mask[:, : p.prompt_length], prompt_len, 0, left=True) for p in parts]
         )
         lists = {name: [x for p in parts for x in getattr(p, name)] for name in LIST_FIELDS}
         joined = cls.build(
-            torch.cat(prompts), prompt_mask, torch.cat(responses), torch.cat(response_masks), pad_id, **lists
+            prompts, prompt_mask, response_columns("responses", pad_id), response_columns("loss_mask", 0), pad_id,
+            token_source=response_columns("token_source", TokenSource.PAD),
+            reward_index=torch.cat([p.reward_index for p in parts]),  # right padding keeps the columns
+            policy_version=torch.cat([p.policy_version for p in parts]),
+            **lists,
         )
         if all(p.sample_log_probs is not None for p in parts):
-            joined.sample_log_probs = torch.cat([_pad_columns(p.sample_log_probs, response_len, 0, left=False)
-                                                 for p in parts])
+            joined.sample_log_probs = response_columns("sample_log_probs", 0)
         return joined
 
     @classmethod
@@ -104,32 +162,78 @@ class Rollout:
         prompts: torch.Tensor,
         prompt_mask: torch.Tensor,
         responses: torch.Tensor,
-        response_mask: torch.Tensor,
+        response_mask: torch.Tensor | None,
         pad_token_id: int,
+        *,
+        token_source: torch.Tensor | None = None,
+        reward_index: torch.Tensor | None = None,
+        policy_version: int | torch.Tensor = 0,
         **lists: list,
     ) -> Rollout:
-        """Derive input_ids, attention_mask and position_ids from the prompt and response halves."""
-        attention_mask = torch.cat([prompt_mask, response_mask], dim=1).long()
+        """Derive input_ids, attention_mask, position_ids and the defaults from the prompt and response halves.
+
+        response_mask: (batch, R) the loss mask (verl's `response_mask`). For one model turn, 1 up to and
+            including EOS. None: the model's tokens of `token_source`.
+        token_source: (batch, R) a TokenSource per column. Default: MODEL where `response_mask` is set, PAD
+            elsewhere (one model turn). The response half of the attention mask is `token_source != PAD`.
+        reward_index: (batch,) the column each sample's reward sits on. Default: its last loss-mask column
+            (0 for a row without one).
+        policy_version: the training step whose weights sampled the rows: one int, or (batch,).
+        """
+        if token_source is None:
+            if response_mask is None:
+                raise ValueError("Rollout.build needs a response_mask or a token_source")
+            token_source = _model_turn(response_mask)
+        elif token_source.shape != responses.shape:
+            raise ValueError(f"token_source has shape {tuple(token_source.shape)}, responses {tuple(responses.shape)}")
+        token_source = token_source.to(torch.int8)
+        attended = token_source != TokenSource.PAD  # (batch, R)
+        if response_mask is None:
+            response_mask = token_source == TokenSource.MODEL
+        loss_mask = response_mask.long()
+        if (loss_mask.bool() & ~attended).any():
+            row, column = (loss_mask.bool() & ~attended).nonzero()[0].tolist()
+            raise ValueError(f"the loss mask sets row {row}, column {column}, which token_source marks as padding")
+        if reward_index is None:
+            reward_index = last_index(loss_mask)
+        reward_index = reward_index.long()
+        if len(reward_index) and not (0 <= int(reward_index.min()) and int(reward_index.max()) < responses.shape[1]):
+            raise ValueError(f"reward_index must lie in [0, {responses.shape[1]}), got {reward_index.tolist()}")
+        if not isinstance(policy_version, torch.Tensor):
+            policy_version = torch.full((len(prompts),), int(policy_version), dtype=torch.long)
+        attention_mask = torch.cat([prompt_mask.long(), attended.long()], dim=1)
         return cls(
             prompts=prompts,
             responses=responses,
             input_ids=torch.cat([prompts, responses], dim=1),
             attention_mask=attention_mask,
             position_ids=position_ids_from_mask(attention_mask),
-            response_mask=response_mask.long(),
+            loss_mask=loss_mask,
+            token_source=token_source,
+            reward_index=reward_index,
+            policy_version=policy_version.long(),
             pad_token_id=pad_token_id,
             **lists,
         )
 
     def __reduce__(self) -> tuple:
         # Pickled (for Ray), a rollout is its two halves: the joined input_ids, attention_mask and
-        # position_ids are rebuilt on arrival and the masks travel as bools. A batch of a few hundred short
-        # rows then stays under Ray's 100 KiB limit for inline objects, so it goes to the next worker inside
-        # the task instead of through the shared-memory object store (about 2.4 ms less per call here).
+        # position_ids are rebuilt on arrival, the masks travel as bools, and what equals its default
+        # (token_source, reward_index of one model turn; one policy version for all rows) is not sent. A
+        # batch of a few hundred short rows then stays under Ray's 100 KiB limit for inline objects, so it
+        # goes to the next worker inside the task instead of through the shared-memory object store (about
+        # 2.4 ms less per call here).
         prompt_mask = self.attention_mask[:, : self.prompt_length].bool()
         lists = {name: getattr(self, name) for name in LIST_FIELDS}
-        return (_unpickle, (self.prompts, prompt_mask, self.responses, self.response_mask.bool(), self.pad_token_id,
-                            lists, self.sample_log_probs))
+        extra: dict[str, Any] = {}
+        if not torch.equal(self.token_source, _model_turn(self.loss_mask)):
+            extra["token_source"] = self.token_source
+        if not torch.equal(self.reward_index, last_index(self.loss_mask)):
+            extra["reward_index"] = self.reward_index
+        versions = self.policy_version.unique()
+        extra["policy_version"] = int(versions[0]) if len(versions) == 1 else self.policy_version
+        return (_unpickle, (self.prompts, prompt_mask, self.responses, self.loss_mask.bool(), self.pad_token_id,
+                            lists, self.sample_log_probs, extra))
 
     def to(self, device: torch.device | str) -> Rollout:
         moved = {name: getattr(self, name).to(device) for name in TENSOR_FIELDS}
@@ -146,8 +250,9 @@ class Rollout:
         return cls(**{name: data[name] for name in names}, sample_log_probs=data.get("sample_log_probs"))
 
 
-def _unpickle(prompts, prompt_mask, responses, response_mask, pad_token_id, lists, sample_log_probs) -> Rollout:
-    rollout = Rollout.build(prompts, prompt_mask, responses, response_mask, pad_token_id, **lists)
+def _unpickle(prompts, prompt_mask, responses, loss_mask, pad_token_id, lists, sample_log_probs,
+              extra=None) -> Rollout:
+    rollout = Rollout.build(prompts, prompt_mask, responses, loss_mask, pad_token_id, **(extra or {}), **lists)
     rollout.sample_log_probs = sample_log_probs
     return rollout
 
@@ -155,6 +260,17 @@ def _unpickle(prompts, prompt_mask, responses, response_mask, pad_token_id, list
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Rotary positions that ignore left padding: the first real token is position 0."""
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+def last_index(mask: torch.Tensor) -> torch.Tensor:
+    """Column of the last set entry of each row, 0 for a row with none. (batch,) long"""
+    columns = torch.arange(mask.shape[1], device=mask.device)
+    return torch.where(mask.bool(), columns, 0).amax(dim=1) if mask.shape[1] else mask.new_zeros(len(mask)).long()
+
+
+def _model_turn(mask: torch.Tensor) -> torch.Tensor:
+    """token_source of one model turn: MODEL where `mask` is set, PAD elsewhere. (batch, R) int8"""
+    return mask.bool().to(torch.int8) * TokenSource.MODEL
 
 
 def _pad_columns(x: torch.Tensor, width: int, value: int, *, left: bool) -> torch.Tensor:

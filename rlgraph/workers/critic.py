@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from rlgraph.contract.settings import CriticSettings, CriticUpdateSettings, ForwardSettings
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.optim import Optimization, micro_batches, shuffle_generator
 from rlgraph.workers.policy import as_dtype, default_device
@@ -22,29 +23,18 @@ class CriticWorker:
     written by `save` holds the body and `value_head.safetensors`, and loads back with the trained head.
     """
 
-    def __init__(
-        self,
-        model_path: str,
-        *,
-        lr: float = 1e-5,
-        betas: tuple[float, float] = (0.9, 0.999),
-        weight_decay: float = 0.0,
-        grad_clip: float | None = 1.0,
-        warmup_steps: int = 0,
-        seed: int = 0,
-        dtype: torch.dtype | str = torch.float32,
-        device: str | torch.device | None = None,
-        strategy: str = "ddp",
-    ) -> None:
+    def __init__(self, model_path: str, settings: CriticSettings, *, seed: int,
+                 device: str | torch.device | None = None) -> None:
         from transformers import AutoModel
 
         from rlgraph.models import resolve_model_path
 
         self.device = default_device(device)
-        self.strategy = strategy  # "fsdp": `shard()` once the data-parallel group is up
+        self.settings = settings
+        self.strategy = settings.strategy  # "fsdp": `shard()` once the data-parallel group is up
         self.sharded = False
         path = resolve_model_path(model_path)
-        self.backbone = AutoModel.from_pretrained(path, dtype=as_dtype(dtype)).to(self.device)
+        self.backbone = AutoModel.from_pretrained(path, dtype=as_dtype(settings.dtype)).to(self.device)
         self.backbone.eval()  # no dropout: values at rollout time and in the update must agree
         self.value_head = torch.nn.Linear(self.backbone.config.hidden_size, 1).to(self.device)
         torch.nn.init.zeros_(self.value_head.weight)
@@ -54,14 +44,8 @@ class CriticWorker:
             self.load_value_head(head_file)
         self.tokenizer = _maybe_tokenizer(path)
         self.shuffle_generator = torch.Generator().manual_seed(seed)
-        self.optim = Optimization(
-            list(self.backbone.parameters()) + list(self.value_head.parameters()),
-            lr=lr,
-            betas=betas,
-            weight_decay=weight_decay,
-            grad_clip=grad_clip,
-            warmup_steps=warmup_steps,
-        )
+        self.optim = Optimization.from_settings(
+            list(self.backbone.parameters()) + list(self.value_head.parameters()), settings.optim)
 
     def shard(self) -> None:
         """strategy = fsdp: shard body and head over the data-parallel group (see workers/fsdp.py)."""
@@ -76,7 +60,7 @@ class CriticWorker:
         return torch.nn.ModuleDict({"backbone": self.backbone, "value_head": self.value_head})
 
     def predict(self, rollout: Rollout) -> torch.Tensor:
-        """Values before each response token, with grad; 0 after EOS. (batch, R)"""
+        """Values before each response token, with grad; 0 off the loss mask. (batch, R)"""
         rollout = rollout.to(self.device)
         hidden = self.backbone(
             input_ids=rollout.input_ids,
@@ -86,12 +70,12 @@ class CriticWorker:
         ).last_hidden_state  # (batch, P + R, hidden)
         hidden = hidden[:, -rollout.response_length - 1 : -1].float()  # (batch, R, hidden)
         values = self.value_head(hidden).squeeze(-1)  # (batch, R)
-        return values * rollout.response_mask
+        return values * rollout.loss_mask
 
     @torch.no_grad()
-    def values(self, rollout: Rollout, micro_batch_size: int | None = None) -> torch.Tensor:
+    def values(self, rollout: Rollout, *, settings: ForwardSettings) -> torch.Tensor:
         """Values of the states the response tokens were sampled in, float32, on the CPU. (batch, R)"""
-        rows = micro_batches(len(rollout), micro_batch_size)
+        rows = micro_batches(len(rollout), settings.micro_batch)
         return torch.cat([self.predict(rollout.select(part)).cpu() for part in rows])
 
     def update(
@@ -100,15 +84,11 @@ class CriticWorker:
         values: torch.Tensor,
         returns: torch.Tensor,
         *,
-        epochs: int = 1,
-        mini_batch_size: int | None = None,
-        micro_batch_size: int | None = None,
-        cliprange_value: float = 0.5,
-        loss_agg: str = "token-mean",
-        shuffle: bool = True,
+        settings: CriticUpdateSettings,
         shuffle_seed: int | None = None,
+        shuffle: bool = True,
     ) -> dict[str, float]:
-        """One training step of the clipped value loss. Batch sizes count samples (rows)."""
+        """One training step of the clipped value loss (`settings.mini_batch_size` and `micro_batch` count samples)."""
         from rlgraph.algos import masked_mean, value_loss
 
         rollout = rollout.to(self.device)
@@ -118,18 +98,18 @@ class CriticWorker:
             part = rollout.select(rows)
             vpreds = self.predict(part)  # (micro, R)
             vf_loss, metrics = value_loss(
-                vpreds, returns[rows], values[rows], part.response_mask, clip=cliprange_value, agg=loss_agg
+                vpreds, returns[rows], values[rows], part.loss_mask, clip=settings.clip, agg=settings.loss_agg
             )
             metrics["critic/vf_loss"] = vf_loss.item()
-            metrics["critic/vpred_mean"] = masked_mean(vpreds.detach(), part.response_mask).item()
+            metrics["critic/vpred_mean"] = masked_mean(vpreds.detach(), part.loss_mask).item()
             return vf_loss, metrics
 
         metrics = self.optim.run_epochs(
             len(rollout),
             micro_batch_loss,
-            epochs=epochs,
-            mini_batch_size=mini_batch_size,
-            micro_batch_size=micro_batch_size,
+            epochs=settings.epochs,
+            mini_batch_size=settings.mini_batch_size,
+            micro_batch_size=settings.micro_batch,
             generator=shuffle_generator(shuffle_seed, self.shuffle_generator, shuffle),
         )
         metrics["critic/grad_norm"] = metrics.pop("grad_norm")

@@ -89,7 +89,7 @@ def load_optimizer_state(module: torch.nn.Module, optim: Any, state: dict[str, A
 
     set_optimizer_state_dict(resharded(module), optim.optimizer, optim_state_dict=state["optimizer"],
                              options=StateDictOptions(full_state_dict=True))
-    optim.scheduler.load_state_dict(state["scheduler"])
+    optim.load_scheduler_state(state["scheduler"])  # and the hyper-parameters of this run's plan
 
 
 def save_pretrained_full(module: torch.nn.Module, directory: Any, state: dict[str, torch.Tensor]) -> None:

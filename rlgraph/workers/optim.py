@@ -23,15 +23,21 @@ class Optimization:
         params: Iterable[torch.nn.Parameter],
         *,
         lr: float,
-        betas: tuple[float, float] = (0.9, 0.999),
-        weight_decay: float = 0.0,
-        grad_clip: float | None = 1.0,
-        warmup_steps: int = 0,
+        betas: tuple[float, float],
+        weight_decay: float,
+        grad_clip: float | None,
+        warmup_steps: int,
     ) -> None:
         self.grad_clip = grad_clip
         self.settings = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
         self.warmup_steps = warmup_steps
         self.set_params(params)
+
+    @classmethod
+    def from_settings(cls, params: Iterable[torch.nn.Parameter], settings: Any) -> "Optimization":
+        """From a role's resolved OptimSettings (rlgraph.contract.settings)."""
+        return cls(params, lr=settings.lr, betas=settings.betas, weight_decay=settings.weight_decay,
+                   grad_clip=settings.grad_clip, warmup_steps=settings.warmup_steps)
 
     def set_params(self, params: Iterable[torch.nn.Parameter]) -> None:
         """(Re)build AdamW and the schedule over `params`: after `fully_shard` the parameters are new objects."""
@@ -44,7 +50,7 @@ class Optimization:
 
     @property
     def lr(self) -> float:
-        return self.scheduler.get_last_lr()[0]
+        return self.optimizer.param_groups[0]["lr"]  # the scheduler's last lr, or the plan's after a resume
 
     def run_epochs(
         self,
@@ -109,7 +115,23 @@ class Optimization:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        self.load_scheduler_state(state["scheduler"])
+
+    def load_scheduler_state(self, state: dict[str, Any]) -> None:
+        """The schedule's progress from a checkpoint, after its optimizer state is loaded; the hyper-parameters
+        from this run's settings.
+
+        A loaded optimizer and scheduler bring back the lr, betas and weight decay they were saved with, so a
+        resume with another lr would silently go on with the old one. Only the moments, the step counts and
+        the schedule's position are the checkpoint's; with unchanged settings every value is the same as
+        before (the lr is recomputed the way the scheduler computes it), so a plain resume stays bit-identical.
+        """
+        self.scheduler.load_state_dict(state)
+        lr = self.settings["lr"]
+        self.scheduler.base_lrs = [lr] * len(self.optimizer.param_groups)
+        for group, schedule in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas):
+            group.update(initial_lr=lr, betas=self.settings["betas"], weight_decay=self.settings["weight_decay"])
+            group["lr"] = lr * schedule(self.scheduler.last_epoch)
 
 
 def average_gradients(params: list[torch.nn.Parameter]) -> None:

@@ -1,4 +1,4 @@
-"""The policy worker: the actor (trainable) or the reference policy (frozen), with a colocated HF rollout."""
+"""The policy worker: the actor (trainable) or the reference policy (frozen), with a colocated HF engine."""
 
 from __future__ import annotations
 
@@ -8,69 +8,35 @@ from typing import Any
 
 import torch
 
+from rlgraph.contract.settings import (ActorSettings, ActorUpdateSettings, GenerateSettings, LogProbSettings,
+                                       RefSettings)
 from rlgraph.workers.batch import Rollout
+from rlgraph.workers.engines.hf import HFEngine
 from rlgraph.workers.optim import Optimization, micro_batches, shuffle_generator
-from rlgraph.workers.rollout_hf import HFRollout
+from rlgraph.workers.rollout import generate_rollout
 
 
 class PolicyWorker:
     """A causal LM that scores responses (`log_prob`), generates (`generate`) and, if trainable, learns (`update`)."""
 
-    def __init__(
-        self,
-        model_path: str,
-        *,
-        trainable: bool,
-        lr: float = 1e-6,
-        betas: tuple[float, float] = (0.9, 0.999),
-        weight_decay: float = 0.0,
-        grad_clip: float | None = 1.0,
-        warmup_steps: int = 0,
-        entropy_coeff: float = 0.0,
-        kl_loss_coef: float = 0.0,
-        kl_loss_kind: str = "k3",
-        clip_low: float = 0.2,
-        clip_high: float = 0.2,
-        clip_c: float = 3.0,
-        loss_agg: str = "token-mean",
-        policy_loss: str = "vanilla",
-        seed: int = 0,
-        dtype: torch.dtype | str = torch.float32,
-        device: str | torch.device | None = None,
-        strategy: str = "ddp",
-    ) -> None:
-        from rlgraph.algos import AGG_MODES, KL_KINDS, get_policy_loss
-
-        if loss_agg not in AGG_MODES:
-            raise ValueError(f"unknown loss_agg {loss_agg!r}; expected one of {', '.join(AGG_MODES)}")
-        if kl_loss_kind not in KL_KINDS:
-            raise ValueError(f"unknown kl_loss_kind {kl_loss_kind!r}; expected one of {', '.join(KL_KINDS)}")
-        self.policy_loss_fn = get_policy_loss(policy_loss)
-        self.strategy = strategy  # "fsdp": `shard()` once the data-parallel group is up
+    def __init__(self, model_path: str, settings: ActorSettings | RefSettings, *, seed: int,
+                 device: str | torch.device | None = None) -> None:
+        """An actor (ActorSettings: trainable, with its optimizer) or a reference policy (RefSettings: frozen).
+        Loss settings come with each `update` call (ActorUpdateSettings), as the critic's do."""
+        self.settings = settings
+        self.trainable = isinstance(settings, ActorSettings)
+        self.strategy = settings.strategy  # "fsdp": `shard()` once the data-parallel group is up
         self.sharded = False
         self.device = default_device(device)
-        self.module, self.tokenizer = load_causal_lm(model_path, as_dtype(dtype), self.device)
+        self.module, self.tokenizer = load_causal_lm(model_path, as_dtype(settings.dtype), self.device)
         # Dropout off in every role: the ratio new/old must compare the same function.
         self.module.eval()
-        self.trainable = trainable
-        self.entropy_coeff = entropy_coeff
-        self.kl_loss_coef = kl_loss_coef
-        self.kl_loss_kind = kl_loss_kind
-        self.clip_low, self.clip_high, self.clip_c = clip_low, clip_high, clip_c
-        self.loss_agg = loss_agg
         self.shuffle_generator = torch.Generator().manual_seed(seed)
         self.sample_generator = torch.Generator().manual_seed(seed + 1)
-        self.rollout = HFRollout(self.module, self.tokenizer)
+        self.engine = HFEngine(self.module, self.tokenizer)  # shares the module: samples from the current weights
         self.optim: Optimization | None = None
-        if trainable:
-            self.optim = Optimization(
-                self.module.parameters(),
-                lr=lr,
-                betas=betas,
-                weight_decay=weight_decay,
-                grad_clip=grad_clip,
-                warmup_steps=warmup_steps,
-            )
+        if self.trainable:
+            self.optim = Optimization.from_settings(self.module.parameters(), settings.optim)
         else:
             self.module.requires_grad_(False)
 
@@ -80,7 +46,7 @@ class PolicyWorker:
 
         fsdp.shard(self.module)
         self.sharded = True
-        self.rollout.synced = True  # every rank steps `generate` until all ranks are done
+        self.engine.synced = True  # every rank steps `generate` until all ranks are done
         if self.optim is not None:
             self.optim.set_params(self.module.parameters())
 
@@ -91,23 +57,19 @@ class PolicyWorker:
         return response_logits(self.module, rollout.to(self.device), temperature)
 
     @torch.no_grad()
-    def log_prob(
-        self,
-        rollout: Rollout,
-        micro_batch_size: int | None = None,
-        with_entropy: bool = False,
-        temperature: float = 1.0,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def log_prob(self, rollout: Rollout, *, settings: LogProbSettings,
+                 with_entropy: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """log pi(response_t | prompt, response_<t) in float32, (batch, R); with entropy if asked.
 
-        Masked positions (after EOS) hold whatever the model says there; consumers apply response_mask.
+        Positions off the loss mask (padding, inserted tokens) hold whatever the model says there;
+        consumers apply `rollout.loss_mask`.
         """
         from rlgraph.algos import entropy_from_logits
 
         log_probs, entropies = [], []
-        for rows in micro_batches(len(rollout), micro_batch_size):
+        for rows in micro_batches(len(rollout), settings.micro_batch):
             part = rollout.select(rows)
-            logits = self.response_logits(part, temperature)  # (micro, R, vocab)
+            logits = self.response_logits(part, settings.temperature)  # (micro, R, vocab)
             log_probs.append(gather_log_probs(logits, part.responses.to(self.device)).cpu())
             if with_entropy:
                 entropies.append(entropy_from_logits(logits).cpu())
@@ -123,68 +85,71 @@ class PolicyWorker:
         advantages: torch.Tensor,
         ref_log_prob: torch.Tensor | None = None,
         *,
-        epochs: int = 1,
-        mini_batch_size: int | None = None,
-        micro_batch_size: int | None = None,
-        shuffle: bool = True,
+        settings: ActorUpdateSettings,
         shuffle_seed: int | None = None,
-        temperature: float = 1.0,
+        shuffle: bool = True,
     ) -> dict[str, float]:
-        """One PPO training step on this rollout. Batch sizes count samples (rows), not prompts.
+        """One PPO training step on this rollout (`settings.mini_batch_size` and `micro_batch` count samples).
 
         `old_log_prob` None: the log-probs kept at sampling time (`rollout.sample_log_probs`)."""
-        from rlgraph.algos import agg_loss, entropy_from_logits, kl_penalty
+        from rlgraph.algos import AGG_MODES, KL_KINDS, agg_loss, entropy_from_logits, get_policy_loss, kl_penalty
 
+        if settings.loss_agg not in AGG_MODES:
+            raise ValueError(f"unknown loss_agg {settings.loss_agg!r}; expected one of {', '.join(AGG_MODES)}")
+        if settings.kl_kind not in KL_KINDS:
+            raise ValueError(f"unknown kl_kind {settings.kl_kind!r}; expected one of {', '.join(KL_KINDS)}")
         if old_log_prob is None:
             if rollout.sample_log_probs is None:
-                raise ValueError("update without old_log_prob needs a rollout generated with_log_probs=True")
+                raise ValueError("update without old_log_prob needs a rollout generated with kept log-probs")
             old_log_prob = rollout.sample_log_probs
 
         if self.optim is None:
-            raise RuntimeError("a PolicyWorker built with trainable=False (a reference policy) cannot update")
-        use_kl_loss = self.kl_loss_coef > 0 and ref_log_prob is not None
+            raise RuntimeError("a PolicyWorker built with RefSettings (a reference policy) cannot update")
+        policy_loss_fn = get_policy_loss(settings.policy_loss)
+        agg = settings.loss_agg
+        use_kl_loss = settings.kl_coef > 0 and ref_log_prob is not None
         rollout = rollout.to(self.device)
         old_log_prob, advantages = old_log_prob.to(self.device), advantages.to(self.device)
         if use_kl_loss:
             ref_log_prob = ref_log_prob.to(self.device)
-        extra = {"clip_c": self.clip_c} if "clip_c" in inspect.signature(self.policy_loss_fn).parameters else {}
+        extra = {"clip_c": settings.clip_c} if "clip_c" in inspect.signature(policy_loss_fn).parameters else {}
 
         def micro_batch_loss(rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             part = rollout.select(rows)
-            mask = part.response_mask  # (micro, R)
-            logits = self.response_logits(part, temperature)  # (micro, R, vocab)
+            mask = part.loss_mask  # (micro, R): inserted tokens are attended to, not trained on
+            logits = self.response_logits(part, settings.temperature)  # (micro, R, vocab)
             log_prob = gather_log_probs(logits, part.responses)  # (micro, R)
-            pg_loss, metrics = self.policy_loss_fn(
+            pg_loss, metrics = policy_loss_fn(
                 old_log_prob[rows],
                 log_prob,
                 advantages[rows],
                 mask,
-                clip_low=self.clip_low,
-                clip_high=self.clip_high,
-                agg=self.loss_agg,
+                clip_low=settings.clip_low,
+                clip_high=settings.clip_high,
+                agg=agg,
                 **extra,
             )
             metrics["actor/pg_loss"] = pg_loss.item()
             loss = pg_loss
-            if self.entropy_coeff != 0:
-                entropy = agg_loss(entropy_from_logits(logits), mask, self.loss_agg)
-                loss = loss - self.entropy_coeff * entropy
+            if settings.entropy_coeff != 0:
+                entropy = agg_loss(entropy_from_logits(logits), mask, agg)
+                loss = loss - settings.entropy_coeff * entropy
             else:
                 with torch.no_grad():
-                    entropy = agg_loss(entropy_from_logits(logits.detach()), mask, self.loss_agg)
+                    entropy = agg_loss(entropy_from_logits(logits.detach()), mask, agg)
             metrics["actor/entropy"] = entropy.item()
             if use_kl_loss:
-                kl_loss = agg_loss(kl_penalty(log_prob, ref_log_prob[rows], self.kl_loss_kind), mask, self.loss_agg)
-                loss = loss + self.kl_loss_coef * kl_loss
+                kl_loss = agg_loss(kl_penalty(log_prob, ref_log_prob[rows], settings.kl_kind), mask, agg)
+                loss = loss + settings.kl_coef * kl_loss
                 metrics["actor/kl_loss"] = kl_loss.item()
             return loss, metrics
 
         metrics = self.optim.run_epochs(
             len(rollout),
             micro_batch_loss,
-            epochs=epochs,
-            mini_batch_size=mini_batch_size,
-            micro_batch_size=micro_batch_size,
+            epochs=settings.epochs,
+            mini_batch_size=settings.mini_batch_size,
+            micro_batch_size=settings.micro_batch,
             generator=shuffle_generator(shuffle_seed, self.shuffle_generator, shuffle),
         )
         metrics["actor/grad_norm"] = metrics.pop("grad_norm")
@@ -193,11 +158,11 @@ class PolicyWorker:
 
     # --- rollout (hybrid engine: samples from this worker's own weights) ---
 
-    def generate(
-        self, items: list[dict], n: int = 1, *, seed: int | torch.Generator | None = None, **sampling: Any
-    ) -> Rollout:
-        """`HFRollout.generate` on this worker's weights; without a seed, draws one from the worker's seed."""
-        return self.rollout.generate(items, n, seed=self.sample_generator if seed is None else seed, **sampling)
+    def generate(self, items: list[dict], *, settings: GenerateSettings, seed: int | torch.Generator | None = None,
+                 uid_offset: int = 0, policy_version: int = 0) -> Rollout:
+        """`generate_rollout` on this worker's weights; without a seed, draws one from the worker's seed."""
+        return generate_rollout(self.engine, items, settings, seed=self.sample_generator if seed is None else seed,
+                                uid_offset=uid_offset, policy_version=policy_version)
 
     # --- weights and checkpoints ---
 

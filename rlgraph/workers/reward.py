@@ -44,7 +44,7 @@ def load_reward_fn(spec: str) -> RewardFn:
 
 
 class RuleReward:
-    """token_level_scores for a rollout: each sample's score on its last response token, 0 elsewhere."""
+    """token_level_scores for a rollout: each sample's score on its `reward_index` column, 0 elsewhere."""
 
     def __init__(self, fn: RewardFn | str) -> None:
         self.fn = load_reward_fn(fn) if isinstance(fn, str) else fn
@@ -54,11 +54,10 @@ class RuleReward:
             self.name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
 
     def score(self, rollout: Rollout) -> torch.Tensor:
-        """(batch, R) float32 with the score at index response_mask.sum() - 1 of each row."""
+        """(batch, R) float32 with the score at `rollout.reward_index` of each row (one model turn: its last token)."""
         scores = torch.tensor([self.score_row(rollout, row) for row in range(len(rollout))], dtype=torch.float32)
-        token_level_scores = torch.zeros(rollout.response_mask.shape, dtype=torch.float32)  # (batch, R)
-        last = (rollout.response_mask.sum(dim=1).cpu() - 1).clamp(min=0)  # (batch,)
-        token_level_scores[torch.arange(len(rollout)), last] = scores
+        token_level_scores = torch.zeros(rollout.responses.shape, dtype=torch.float32)  # (batch, R)
+        token_level_scores[torch.arange(len(rollout)), rollout.reward_index.cpu()] = scores
         return token_level_scores
 
     def score_row(self, rollout: Rollout, row: int) -> float:

@@ -9,6 +9,7 @@ The TRL smoke run is skipped when bench/.venv-trl is absent (`make bench` create
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -33,12 +34,13 @@ def smoke_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     started = time.perf_counter()
     running = {}
+    env = dict(os.environ, RLGRAPH_BENCH_RUN_ID="smoke-test")  # one run, as run_all.py makes it
     for name, args in SMOKE.items():
         if name == "trl" and not (TRL_VENV / ".complete").exists():
             continue
         log = open(out / f"{name}.log", "w")
         running[name] = (subprocess.Popen([sys.executable, *args, "--output", str(out / f"{name}.json")], cwd=ROOT,
-                                          stdout=log, stderr=subprocess.STDOUT), log)
+                                          stdout=log, stderr=subprocess.STDOUT, env=env), log)
     codes = {}
     for name, (process, log) in running.items():
         codes[name] = process.wait(timeout=300)
@@ -82,10 +84,13 @@ def test_trl_trainers_start(smoke_runs):
     if "trl" not in smoke_runs["codes"]:
         pytest.skip("bench/.venv-trl is absent; `make bench` creates it")
     result = _result(smoke_runs, "trl")
+    assert result["run_id"] == "smoke-test" and "error" not in result
     for algo in ("grpo", "ppo"):
-        trl = result["comparisons"][algo]["trl"]
+        (run,) = result["comparisons"][algo]["runs"]  # smoke: one seed
+        trl = run["trl"]
         assert "error" not in trl, trl
         assert trl["steps"] >= 1 and 0 <= trl["accuracy_end"] <= 1
+        assert trl["step_ends_s"][-1] == trl["train_wall_s"]  # the records the budget check reads
 
 
 def test_the_doc_renders_from_the_results(smoke_runs, tmp_path):

@@ -20,7 +20,8 @@ MARK = re.compile(r"#\s*([EW]):\s*([a-z][a-z-]*)")
 # Every code the passes of rlgraph/compiler/passes/ (beyond resolve) report has a golden file.
 PASS_CODES = {"missing-block", "undefined-field", "duplicate-field", "unused-field", "cycle", "field-type",
               "algorithm", "not-updated", "duplicate-update", "unused-role", "ignored-input", "bad-sync",
-              "missing-sync", "batch-divisibility"}
+              "missing-sync", "batch-divisibility", "engine-not-implemented", "tp-not-implemented",
+              "several-generate-calls", "setting-ignored"}
 
 
 def expected_marks(text: str) -> list[tuple[str, str, int]]:

@@ -1,28 +1,15 @@
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 
 @pytest.fixture(scope="session")
-def arith_gpt_dir(tmp_path_factory) -> Path:
-    """builtin:arith-gpt, built once per test session into a fresh cache (the cold-start path users take).
-
-    Set RLGRAPH_TEST_CACHE to a folder to reuse a model built there before.
-    """
+def arith_gpt_dir() -> Path:
+    """builtin:arith-gpt as users get it: the shipped folder, its hashes checked."""
     from rlgraph.models import resolve_model_path
 
-    cache = os.environ.get("RLGRAPH_TEST_CACHE") or str(tmp_path_factory.mktemp("rlgraph-cache"))
-    saved = os.environ.get("RLGRAPH_CACHE")
-    os.environ["RLGRAPH_CACHE"] = cache
-    try:
-        yield Path(resolve_model_path("builtin:arith-gpt"))
-    finally:
-        if saved is None:
-            os.environ.pop("RLGRAPH_CACHE", None)
-        else:
-            os.environ["RLGRAPH_CACHE"] = saved
+    return Path(resolve_model_path("builtin:arith-gpt"))
 
 
 @pytest.fixture(scope="session")

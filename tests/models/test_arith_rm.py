@@ -1,17 +1,52 @@
-"""builtin:arith-rm's build script: the data it learns from, and a short build that RewardModelWorker loads.
+"""builtin:arith-rm: the shipped model tells right sums from wrong ones; its build script's data, and a
+short build that RewardModelWorker loads.
 
-The full build (about 3.5 min on one core, 0.93 held-out accuracy) is not run here; its report is in
-docs/results.md. This runs the same code with a few steps per phase."""
+The full build (minutes on one core) made the shipped bytes and is not run here; its report is the
+shipped rlgraph_build.json. This runs the same code with a few steps per phase."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
+import pytest
 import torch
 
-from rlgraph.models.build_arith_rm import MODEL_VERSION, Recipe, _near_misses, build_arith_rm
+from rlgraph.models.build_arith_rm import Recipe, _near_misses, build_arith_rm
 from rlgraph.models.registry import BUILTIN_MODELS
+
+
+def test_the_shipped_model_tells_right_sums_from_near_misses_on_held_out_prompts():
+    import random
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from rlgraph.models import resolve_model_path
+    from rlgraph.models.sequences import last_token_scores, left_pad, position_ids_from_mask
+    from rlgraph.tasks import arith
+
+    path = resolve_model_path("builtin:arith-rm")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForSequenceClassification.from_pretrained(path).eval()
+    report = json.loads((Path(path) / "rlgraph_build.json").read_text())
+    rng = random.Random(0)
+    sequences, right = [], []
+    for row in arith.make_rows("val")[:200]:
+        prompt, answer = tokenizer(row["prompt"])["input_ids"], row["reward_model"]["ground_truth"]
+        for text in [answer, *_near_misses(answer, 1, rng)]:
+            sequences.append(prompt + tokenizer(text)["input_ids"] + [tokenizer.eos_token_id])
+            right.append(text == answer)
+    input_ids, attention_mask = left_pad(sequences, tokenizer.pad_token_id)
+    with torch.no_grad():
+        scores = last_token_scores(model, input_ids, attention_mask, position_ids_from_mask(attention_mask))
+    hits = [(score > 0.5) == is_right for score, is_right in zip(scores.tolist(), right)]
+    accuracy_right = sum(h for h, r in zip(hits, right) if r) / right.count(True)
+    accuracy_wrong = sum(h for h, r in zip(hits, right) if not r) / right.count(False)
+    # the build measured these on the same kinds of answers (all 500 val prompts, two near misses each)
+    assert accuracy_right == pytest.approx(report["heldout"]["accuracy_right"], abs=0.05)
+    assert accuracy_wrong == pytest.approx(report["heldout"]["accuracy_near_miss"], abs=0.05)
+    assert accuracy_wrong >= 0.9
 
 
 def test_near_misses_are_wrong_and_close():
@@ -30,19 +65,20 @@ def test_a_short_build_makes_a_reward_model_the_worker_loads(arith_gpt_dir, tmp_
     from rlgraph.data import RLDataset
     from rlgraph.tasks import arith
     from rlgraph.workers import PolicyWorker, RewardModelWorker
+    from tests.workers.helpers import forward_settings, generate_settings, ref_settings, reward_model_settings
 
-    assert BUILTIN_MODELS["arith-rm"].folder == f"arith-rm-v{MODEL_VERSION}"
     recipe = dataclasses.replace(Recipe(), lm_steps=2, max_steps=2, eval_every=1, batch_size=32, policy_samples=1,
                                  near_misses=1, accept_accuracy=0.0)
     out = tmp_path / "rm"
     report = build_arith_rm(out, recipe, log=lambda _: None)
+    assert {p.name for p in out.iterdir()} == set(BUILTIN_MODELS["arith-rm"].sha256)  # what is shipped
     saved = json.loads((out / "rlgraph_build.json").read_text())
     assert saved["steps"] == 4 and saved["initialized_from"] == "builtin:arith-gpt"
     assert {"accuracy", "accuracy_right", "accuracy_sample", "accuracy_near_miss"} <= set(saved["heldout"])
     assert 0.0 <= report["heldout"]["accuracy"] <= 1.0 and len(saved["checks"]) == 2
 
-    policy = PolicyWorker(str(arith_gpt_dir), trainable=False)
+    policy = PolicyWorker(str(arith_gpt_dir), ref_settings(), seed=0)
     dataset = RLDataset(arith.make_rows("val")[:4], policy.tokenizer)
-    rollout = policy.generate([dataset[i] for i in range(4)], 2, seed=0, max_new_tokens=4)
-    scores = RewardModelWorker(str(out)).score(rollout)
+    rollout = policy.generate([dataset[i] for i in range(4)], settings=generate_settings(n=2, max_new_tokens=4), seed=0)
+    scores = RewardModelWorker(str(out), reward_model_settings(), seed=0).score(rollout, settings=forward_settings())
     assert scores.shape == rollout.response_mask.shape and torch.isfinite(scores).all()

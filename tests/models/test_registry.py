@@ -1,10 +1,15 @@
+import hashlib
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from rlgraph.models import ModelNotFoundError, builtin_model_folder, resolve_model_path
-from rlgraph.models.build_arith_gpt import MODEL_VERSION
+from rlgraph.models import CorruptModelError, ModelNotFoundError, builtin_model_folder, resolve_model_path
+from rlgraph.models.registry import BUILTIN_MODELS
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_local_folder_is_returned_absolute(tmp_path, monkeypatch):
@@ -31,14 +36,36 @@ def test_a_file_is_not_a_model(tmp_path):
         resolve_model_path(str(tmp_path / "model.safetensors"))
 
 
-def test_builtin_lives_in_the_cache_and_is_built_once(arith_gpt_dir):
-    assert arith_gpt_dir == builtin_model_folder("arith-gpt")
-    assert arith_gpt_dir.name == f"arith-gpt-v{MODEL_VERSION}" and arith_gpt_dir.parent.name == "models"
-    stamp = (arith_gpt_dir / "rlgraph_build.json").stat().st_mtime_ns
-    assert resolve_model_path("builtin:arith-gpt") == str(arith_gpt_dir)
-    assert (arith_gpt_dir / "rlgraph_build.json").stat().st_mtime_ns == stamp
-    leftovers = [p.name for p in arith_gpt_dir.parent.iterdir() if ".tmp-" in p.name]
-    assert leftovers == []  # no half-built temporary folders
+@pytest.mark.parametrize("name", sorted(BUILTIN_MODELS))
+def test_shipped_files_match_their_pinned_hashes(name):
+    folder = builtin_model_folder(name)
+    assert folder.parent == REPO / "rlgraph" / "models" / "weights"
+    shipped = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+    assert shipped == dict(BUILTIN_MODELS[name].sha256)  # every file pinned, none missing
+    assert resolve_model_path(f"builtin:{name}") == str(folder)
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_MODELS))
+def test_the_docs_state_the_pinned_weights(name):
+    weights = BUILTIN_MODELS[name].sha256["model.safetensors"]
+    assert weights in (REPO / "README.md").read_text()
+    assert weights in (REPO / "docs" / "results.md").read_text()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda f: f.write_bytes(f.read_bytes()[:-1] + b"x"), "has sha256 [0-9a-f]{64}, not the pinned bb0b9324"),
+    (lambda f: f.unlink(), "is missing"),
+])
+def test_a_damaged_builtin_fails_with_a_clear_message(tmp_path, monkeypatch, damage, message):
+    from rlgraph.models import registry
+
+    copy = tmp_path / "rlgraph" / "models" / "weights"
+    shutil.copytree(registry.WEIGHTS_DIR / "arith-gpt", copy / "arith-gpt")
+    damage(copy / "arith-gpt" / "model.safetensors")
+    monkeypatch.setattr(registry, "WEIGHTS_DIR", copy)
+    with pytest.raises(CorruptModelError, match="builtin:arith-gpt is damaged: .*model.safetensors " + message) as err:
+        resolve_model_path("builtin:arith-gpt")
+    assert "git checkout -- rlgraph/models/weights/arith-gpt/model.safetensors" in str(err.value)
 
 
 def test_importing_the_packages_loads_neither_torch_nor_transformers():
@@ -48,28 +75,3 @@ def test_importing_the_packages_loads_neither_torch_nor_transformers():
         "heavy = {'torch', 'transformers'} & set(sys.modules); assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
-
-
-def test_builds_atomically_and_once(tmp_path, monkeypatch):
-    from rlgraph.models import registry
-
-    calls = []
-
-    def build(out):
-        calls.append(out)
-        out.mkdir()
-        (out / "config.json").write_text("{}")
-        if len(calls) == 1:
-            raise RuntimeError("interrupted")  # a failed build leaves nothing behind
-        (out / "rlgraph_build.json").write_text("{}")
-
-    monkeypatch.setenv("RLGRAPH_CACHE", str(tmp_path))
-    monkeypatch.setitem(registry.BUILTIN_MODELS, "fake", registry.BuiltinModel("fake-v1", build, "a test double"))
-    with pytest.raises(RuntimeError, match="interrupted"):
-        resolve_model_path("builtin:fake")
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [".fake-v1.lock"]
-
-    assert resolve_model_path("builtin:fake") == str(tmp_path / "models" / "fake-v1")
-    assert resolve_model_path("builtin:fake") == str(tmp_path / "models" / "fake-v1")
-    assert len(calls) == 2 and calls[1].parent == tmp_path / "models" and calls[1].name.startswith(".fake-v1.tmp-")
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [".fake-v1.lock", "fake-v1"]

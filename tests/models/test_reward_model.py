@@ -3,9 +3,12 @@ response token (verl's compute_rm_score)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from tests.runtime.helpers import make_reward_model
+from tests.workers.helpers import forward_settings, generate_settings, ref_settings, reward_model_settings
 
 
 def test_scores_sit_on_the_last_response_token_and_match_the_classifier(arith_gpt_dir, tmp_path):
@@ -15,15 +18,17 @@ def test_scores_sit_on_the_last_response_token_and_match_the_classifier(arith_gp
     from rlgraph.tasks import arith
 
     rm_dir = make_reward_model(arith_gpt_dir, tmp_path / "rm")
-    policy = PolicyWorker(str(arith_gpt_dir), trainable=False)
+    policy = PolicyWorker(str(arith_gpt_dir), ref_settings(), seed=0)
     from rlgraph.data import RLDataset
 
     dataset = RLDataset(arith.make_rows("val")[:4], policy.tokenizer)
     rows = [dataset[i] for i in range(len(dataset))]
-    rollout = policy.generate(rows, 2, seed=0, max_new_tokens=4)
-    scores = RewardModelWorker(str(rm_dir)).score(rollout, micro_batch_size=3)  # (8, R)
-    assert scores.shape == rollout.response_mask.shape and scores.dtype == torch.float32
-    last = rollout.response_mask.sum(1) - 1
+    rollout = policy.generate(rows, settings=generate_settings(n=2, max_new_tokens=4), seed=0)
+    worker = RewardModelWorker(str(rm_dir), reward_model_settings(), seed=0)
+    scores = worker.score(rollout, settings=forward_settings(micro_batch=3))  # (8, R)
+    assert scores.shape == rollout.responses.shape and scores.dtype == torch.float32
+    last = rollout.reward_index  # one model turn: its last token
+    assert torch.equal(last, rollout.loss_mask.sum(1) - 1)
     assert torch.count_nonzero(scores) == len(rollout)  # one score per sequence...
     assert torch.equal(scores.nonzero()[:, 1], last)  # ...on its last response token
     # the same number the classifier gives the sequence alone (no padding at all)
@@ -33,3 +38,6 @@ def test_scores_sit_on_the_last_response_token_and_match_the_classifier(arith_gp
         with torch.no_grad():
             expected = model(input_ids=ids).logits[0, 0]
         assert torch.allclose(scores[row, last[row]], expected, atol=1e-5)
+    # the score goes where the rollout says its reward sits (a multi-turn row: after the last model turn)
+    moved = dataclasses.replace(rollout, reward_index=torch.zeros_like(last))
+    assert torch.equal(worker.score(moved, settings=forward_settings())[:, 0], scores[torch.arange(len(rollout)), last])

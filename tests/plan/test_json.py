@@ -18,22 +18,24 @@ def _plan(path):
 
 def test_schema_keys():
     data = json.loads(_plan(FIXTURES / "rm_2x8.rl").to_json())
-    assert list(data)[:2] == ["version", "spec"] and data["version"] == 1
+    assert list(data)[:2] == ["version", "spec"] and data["version"] == 2
     assert {"pools", "placements", "schedule", "memory", "diagnostics", "roles", "calls", "syncs", "rewards", "data",
             "train", "models"} <= set(data)
     assert set(data["pools"][0]) == {"name", "nodes", "devices_per_node", "device", "device_memory_bytes"}
     assert {"role", "replica", "pool", "node", "device", "process", "devices"} == set(data["placements"][0])
     assert {"stage", "calls", "concurrent", "lanes"} == set(data["schedule"][0])
     assert {"pool", "node", "device", "estimated_bytes", "capacity_bytes", "breakdown"} == set(data["memory"][0])
-    assert {"name", "kind", "model", "model_path", "replicas", "tp", "colocate", "config"} == set(data["roles"][0])
+    assert {"name", "kind", "model", "model_path", "pool", "replicas", "tp", "colocate", "settings"} == \
+        set(data["roles"][0])
     assert {"id", "label", "kind", "target", "method", "role_kind", "inputs", "outputs", "kwargs",
-            "stage"} == set(data["calls"][0])
+            "stage", "settings"} == set(data["calls"][0])
     assert data["syncs"] == [["actor", "rollout"]]
     assert data["data"]["batch_size"] == 256 and data["train"]["steps"] == 100
     assert data["models"]["policy"]["params"] == 7_600_000_000
     kl = next(c for c in data["calls"] if c["id"] == "kl_penalty")
     assert kl["inputs"] == [["scores", "scores"], ["log_prob", "old_log_prob"], ["ref_log_prob", "ref_log_prob"]]
     assert kl["kwargs"]["kind"] == "k1" and kl["stage"] == 3
+    assert kl["settings"] == {"kind": "k1", "coef": 0.001, "target": None, "horizon": 10000}
 
 
 def test_round_trip_for_every_shipped_spec():

@@ -156,5 +156,5 @@ def test_place_returns_pools_roles_placements_diagnostics(tmp_path):
         ("actor", "actor", "policy", "builtin:arith-gpt", 2, 1, None),
         ("rollout", "rollout", "policy", "builtin:arith-gpt", 2, 1, "actor"),
     ]
-    assert roles[0].config["optim"]["lr"] == 1e-6 and roles[0].config["kind"] == "actor"
+    assert roles[0].settings.optim.lr == 1e-6 and roles[0].pool == "main" and roles[1].pool is None
     assert len(placements) == 4 and diagnostics == []

@@ -37,7 +37,7 @@ def plan_from_spec(spec: str | Path, *overrides: str):
 class Started:
     """A plan lowered onto the test session's Ray (processes built, data-parallel groups joined)."""
 
-    def __init__(self, plan, model_paths: dict | None = None) -> None:
+    def __init__(self, plan, model_paths: dict | None = None, process_class: type | None = None) -> None:
         from rlgraph.runtime.lowering import Lowered
         from rlgraph.runtime.preflight import preflight
         from rlgraph.runtime.roles import worker_specs
@@ -46,12 +46,14 @@ class Started:
         self.prepared = preflight(plan, starting_locally=False)
         self.specs = worker_specs(plan, model_paths or self.prepared.model_paths)
         self.lowered = Lowered()
+        self.process_class = process_class  # None: the production DeviceProcess (tests/runtime/faults.py has another)
 
     def __enter__(self) -> "Started":
         from rlgraph.runtime.lowering import lower
+        from rlgraph.runtime.process import DeviceProcess
 
         try:
-            lower(self.plan, self.specs, self.lowered, timeout_s=60)
+            lower(self.plan, self.specs, self.lowered, timeout_s=60, process_class=self.process_class or DeviceProcess)
         except BaseException:
             self.lowered.shutdown()
             raise

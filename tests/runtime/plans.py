@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from rlgraph.contract import settings as s
 from rlgraph.plan.model import CallPlan, Placement, Plan, PoolPlan, RolePlan, Stage
 
-ROLLOUT = {"n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 4, "engine": "hf"}
-OPTIM = {"lr": 1e-4, "betas": [0.9, 0.999], "weight_decay": 0.0, "warmup_steps": 0, "grad_clip": 1.0}
+ROLLOUT = s.RolloutSettings(engine="hf", n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, tp=1,
+                            memory_fraction=0.5, dtype="float32")
+OPTIM = s.OptimSettings(lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, grad_clip=1.0)
+ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, entropy_coeff=0.0, optim=OPTIM)
+REF = s.RefSettings(dtype="float32", strategy="ddp", micro_batch=None)
+ACTOR_UPDATE = s.ActorUpdateSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=None,
+                                     loss_agg="token-mean", clip_low=0.2, clip_high=0.2, clip_c=3.0, kl_coef=0.001,
+                                     kl_kind="low_var_kl", policy_loss="vanilla", entropy_coeff=0.0, temperature=1.0)
 
 
 def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollout_replicas: int = 1,
@@ -23,24 +30,29 @@ def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollo
         rollout_replicas = k
         placements += [Placement("rollout", i, "main", 0, i, [i], f"actor/{i}") for i in range(k)]
     roles = [
-        RolePlan("actor", "actor", "policy", model_path, k, 1, None, {"optim": OPTIM, "dtype": "fp32", "micro_batch": None}),
-        RolePlan("rollout", "rollout", "policy", model_path, rollout_replicas, 1, None if rollout_pool else "actor", dict(ROLLOUT)),
-        RolePlan("ref", "ref", "policy", model_path, k, 1, "actor", {"dtype": "fp32", "micro_batch": None}),
+        RolePlan("actor", "actor", "policy", model_path, "main", k, 1, None, ACTOR),
+        RolePlan("rollout", "rollout", "policy", model_path, rollout_pool, rollout_replicas, 1,
+                 None if rollout_pool else "actor", ROLLOUT),
+        RolePlan("ref", "ref", "policy", model_path, None, k, 1, "actor", REF),
     ]
     calls = [
         CallPlan("rollout.generate", "rollout.generate", "role", "rollout", "generate", "rollout",
-                 [["prompts", "prompts"]], [["responses", "responses"]], {}, 1),
-        CallPlan("exact", "exact", "reward", "exact", None, None, [["responses", "responses"]], [["scores", "scores"]], {}, 2),
+                 [["prompts", "prompts"]], [["responses", "responses"]], {}, 1,
+                 s.GenerateSettings(n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, keep_log_probs=False)),
+        CallPlan("exact", "exact", "reward", "exact", None, None, [["responses", "responses"]], [["scores", "scores"]], {}, 2,
+                 s.NoSettings()),
         CallPlan("actor.log_prob", "actor.log_prob", "role", "actor", "log_prob", "actor",
-                 [["responses", "responses"]], [["log_prob", "old_log_prob"]], {}, 2),
+                 [["responses", "responses"]], [["log_prob", "old_log_prob"]], {}, 2, s.LogProbSettings(1.0, None)),
         CallPlan("ref.log_prob", "ref.log_prob", "role", "ref", "log_prob", "ref",
-                 [["responses", "responses"]], [["ref_log_prob", "ref_log_prob"]], {}, 2),
+                 [["responses", "responses"]], [["ref_log_prob", "ref_log_prob"]], {}, 2, s.LogProbSettings(1.0, None)),
         CallPlan("grpo_advantage", "grpo_advantage", "transform", "grpo_advantage", None, None,
-                 [["rewards", "scores"]], [["advantages", "advantages"]], {"epsilon": 1e-6, "norm_by_std": True}, 3),
+                 [["rewards", "scores"]], [["advantages", "advantages"]], {"epsilon": 1e-6, "norm_by_std": True}, 3,
+                 s.GrpoSettings(epsilon=1e-6, norm_by_std=True)),
         CallPlan("actor.update", "actor.update", "role", "actor", "update", "actor",
                  [["old_log_prob", "old_log_prob"], ["advantages", "advantages"], ["ref_log_prob", "ref_log_prob"]], [],
                  {"epochs": 1, "minibatch": None, "loss_agg": "token-mean", "clip": 0.2, "clip_low": None,
-                  "clip_high": None, "clip_c": 3.0, "kl_coef": 0.001, "kl_kind": "low_var_kl", "policy_loss": "vanilla"}, 4),
+                  "clip_high": None, "clip_c": 3.0, "kl_coef": 0.001, "kl_kind": "low_var_kl", "policy_loss": "vanilla"}, 4,
+                 ACTOR_UPDATE),
     ]
     schedule = [
         Stage(1, ["rollout.generate"], False),
@@ -51,8 +63,9 @@ def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollo
     return Plan(
         spec="<test>", pools=pools, roles=roles, placements=placements, rewards={"exact": reward},
         calls=calls, syncs=[["actor", "rollout"]], schedule=schedule,
-        data={"train": "builtin:arith/train", "val": "builtin:arith/val", "batch_size": batch_size,
-              "max_prompt_length": 64, "shuffle": True, "val_batch_size": 256},
-        train={"steps": steps, "seed": 0, "validate_every": 0, "val_samples": 1, "checkpoint_every": 0, "keep_checkpoints": 2},
+        data=s.DataSettings(train="builtin:arith/train", val="builtin:arith/val", batch_size=batch_size,
+                            max_prompt_length=64, shuffle=True, val_batch_size=256),
+        train=s.TrainSettings(steps=steps, seed=0, validate_every=0, val_samples=1, checkpoint_every=0,
+                              keep_checkpoints=2),
         models={"policy": {"path": model_path}},
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ray
 
+from .faults import FaultyDeviceProcess
 from .helpers import SPECS, Started, plan_from_spec
 
 
@@ -14,7 +15,7 @@ def test_a_stage_runs_its_calls_on_separate_pools_concurrently(ray_session, arit
 
     plan = plan_from_spec(SPECS / "ppo_split_arith.rl", "data.batch_size=16")
     stage = next(s for s in plan.schedule if {"ref.log_prob", "critic.values"} <= set(s.calls))
-    with Started(plan) as started:
+    with Started(plan, process_class=FaultyDeviceProcess) as started:
         groups = started.lowered.groups
         assert {m.process for m in groups["ref"].members}.isdisjoint({m.process for m in groups["critic"].members})
         ray.get([groups["ref"].members[0].handle.set_delay.remote("ref", "log_prob", 1.0),

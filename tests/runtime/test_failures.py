@@ -11,6 +11,7 @@ import ray
 
 from rlgraph.runtime.errors import ProcessDiedError, WorkerError
 
+from .faults import FaultyDeviceProcess
 from .helpers import Started
 from .plans import grpo_plan
 
@@ -36,7 +37,7 @@ def test_a_replica_that_raises_stops_the_run_and_keeps_the_last_checkpoint(ray_s
 
     plan = grpo_plan(actor_replicas=2, steps=3)
     plan.train["checkpoint_every"] = 1
-    with pytest.raises(WorkerError) as caught, Started(plan) as started:
+    with pytest.raises(WorkerError) as caught, Started(plan, process_class=FaultyDeviceProcess) as started:
         replica1 = started.lowered.process_of("actor", 1)
         ray.get(replica1.set_fault.remote("actor", "update", 1))  # step 1 updates, step 2 raises on replica 1
         trainer = Trainer(plan, started.lowered, started.specs, started.prepared, tmp_path, _quiet())

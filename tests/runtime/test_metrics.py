@@ -56,3 +56,14 @@ def test_curves_png(tmp_path):
     records = [{"training/global_step": s, "critic/score/mean": s / 10} for s in range(1, 5)]
     records[0]["val/score/mean"] = 0.4
     assert plot_curves(records, tmp_path / "curves.png").stat().st_size > 1000
+
+
+def test_batch_metrics_of_a_multi_turn_rollout_count_the_models_tokens():
+    from tests.workers.test_batch import make_multi_turn
+
+    rollout = make_multi_turn()  # MMEEEMM. MMM..... MEEM.... MMEMMMMM
+    values = torch.where(rollout.loss_mask.bool(), 1.0, 100.0)  # 100 on inserted tokens and padding: ignored
+    m = batch_metrics(rollout, {"scores": torch.zeros(4, 8), "values": values})
+    assert m["response_length/mean"] == 4.0 and m["response_length/max"] == 7 and m["response_length/min"] == 2
+    assert m["response_length/clip_ratio"] == 0.25  # only the last row fills every column
+    assert m["critic/values/max"] == 1.0

@@ -1,6 +1,6 @@
 import torch
 
-from rlgraph.algos import apply_kl_penalty, grpo_advantage
+from rlgraph.algos import apply_kl_penalty, gae, grpo_advantage
 from rlgraph.plan.model import CallPlan
 from rlgraph.runtime.transforms import DriverCalls
 from .plans import grpo_plan
@@ -33,3 +33,51 @@ def test_adaptive_kl_coefficient_moves_and_is_checkpointed():
     fresh = DriverCalls(plan, {})
     fresh.load_state_dict(calls.state_dict())
     assert fresh.state_dict() == calls.state_dict()
+
+
+def _compact(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's loss-mask entries moved to the front, with their mask: the rows as if nothing had been inserted."""
+    out, kept_mask = torch.zeros_like(x), torch.zeros_like(mask)
+    for row in range(len(x)):
+        kept = x[row][mask[row].bool()]
+        out[row, : len(kept)], kept_mask[row, : len(kept)] = kept, 1
+    return out, kept_mask
+
+
+def test_gae_and_grpo_skip_the_tokens_an_environment_inserted():
+    """On a multi-turn rollout the estimators get the loss mask: rewards and values sitting on inserted
+    tokens change nothing, and the model's tokens get what the same rows without them would get."""
+    from types import SimpleNamespace
+
+    from rlgraph.contract.settings import GaeSettings, GrpoSettings
+    from rlgraph.workers.batch import TokenSource
+
+    from tests.workers.test_batch import make_multi_turn
+
+    rollout = make_multi_turn()  # uid 0 0 1 1
+    inserted = rollout.token_source == TokenSource.ENV
+    mask = rollout.loss_mask
+    generator = torch.Generator().manual_seed(0)
+    rewards = torch.zeros(rollout.responses.shape)
+    rewards[torch.arange(4), rollout.reward_index] = torch.tensor([1.0, 0.0, 0.3, 0.8])
+    values = torch.randn(rewards.shape, generator=generator) * mask
+    rewards, values = rewards.masked_fill(inserted, 5.0), values.masked_fill(inserted, -9.0)
+    calls = DriverCalls(SimpleNamespace(calls=[]), {})
+    gae_call = CallPlan("gae", "gae", "transform", "gae", None, None, [["rewards", "rw"], ["values", "v"]],
+                        [["advantages", "a"], ["returns", "r"]], {"gamma": 0.9, "lam": 0.95}, 3,
+                        settings=GaeSettings(gamma=0.9, lam=0.95))
+    grpo_call = CallPlan("grpo_advantage", "grpo_advantage", "transform", "grpo_advantage", None, None,
+                         [["rewards", "rw"]], [["advantages", "a"]], {"epsilon": 1e-6, "norm_by_std": True}, 3,
+                         settings=GrpoSettings(epsilon=1e-6, norm_by_std=True))
+
+    out, _ = calls.run(gae_call, {"rewards": rewards, "values": values}, rollout)
+    (compact_rewards, compact_mask), (compact_values, _) = _compact(rewards, mask), _compact(values, mask)
+    expected, expected_returns = gae(compact_rewards, compact_values, compact_mask, 0.9, 0.95)
+    keep = compact_mask.bool()
+    torch.testing.assert_close(out["advantages"][mask.bool()], expected[keep].float())
+    torch.testing.assert_close(out["returns"][mask.bool()], expected_returns[keep].float())
+
+    out, _ = calls.run(grpo_call, {"rewards": rewards}, rollout)
+    expected, _ = grpo_advantage(compact_rewards, compact_mask, rollout.uid)
+    torch.testing.assert_close(out["advantages"][mask.bool()], expected[keep].float())
+    assert (out["advantages"][inserted] == 0).all()

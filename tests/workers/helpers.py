@@ -1,6 +1,10 @@
-"""A tiny random Llama with a character tokenizer, and dataset items in rlgraph.data's shape."""
+"""A tiny random Llama with a character tokenizer, dataset items in rlgraph.data's shape, and settings factories."""
 
 from __future__ import annotations
+
+import dataclasses
+
+from rlgraph.contract import settings as s
 
 PAD, EOS = 0, 1
 ALPHABET = "0123456789+="
@@ -33,3 +37,77 @@ def make_items(prompts: list[str], tokenizer, answers: list[str] | None = None) 
         }
         for i, (p, a) in enumerate(zip(prompts, answers))
     ]
+
+
+# --- settings: what the Plan would hand the workers, with the values the workers' own defaults had before
+# settings moved into the Plan. Each factory takes field overrides; an actor's or critic's optimizer fields
+# (lr, betas, weight_decay, warmup_steps, grad_clip) may be given flat.
+
+_OPTIM_FIELDS = ("lr", "betas", "weight_decay", "warmup_steps", "grad_clip")
+_OPTIM = s.OptimSettings(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, grad_clip=1.0)
+_ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, entropy_coeff=0.0, optim=_OPTIM)
+_CRITIC = s.CriticSettings(dtype="float32", strategy="ddp", micro_batch=None, head="value",
+                           optim=dataclasses.replace(_OPTIM, lr=1e-5))
+_REF = s.RefSettings(dtype="float32", strategy="ddp", micro_batch=None)
+_REWARD_MODEL = s.RewardModelSettings(dtype="float32", micro_batch=None)
+_ROLLOUT = s.RolloutSettings(engine="hf", n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, tp=1,
+                             memory_fraction=0.5, dtype="float32")
+_GENERATE = s.GenerateSettings(n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, keep_log_probs=False)
+_LOG_PROB = s.LogProbSettings(temperature=1.0, micro_batch=None)
+_FORWARD = s.ForwardSettings(micro_batch=None)
+_UPDATE = s.ActorUpdateSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=None, loss_agg="token-mean",
+                                clip_low=0.2, clip_high=0.2, clip_c=3.0, kl_coef=0.0, kl_kind="k3",
+                                policy_loss="vanilla", entropy_coeff=0.0, temperature=1.0)
+_CRITIC_UPDATE = s.CriticUpdateSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=None,
+                                        loss_agg="token-mean", clip=0.5)
+
+
+def _with_optim(base, overrides: dict):
+    optim = {k: overrides.pop(k) for k in _OPTIM_FIELDS if k in overrides}
+    return dataclasses.replace(base, optim=dataclasses.replace(base.optim, **optim), **overrides)
+
+
+def optim_settings(**overrides) -> s.OptimSettings:
+    return dataclasses.replace(_OPTIM, **overrides)
+
+
+def actor_settings(**overrides) -> s.ActorSettings:
+    return _with_optim(_ACTOR, overrides)
+
+
+def critic_settings(**overrides) -> s.CriticSettings:
+    return _with_optim(_CRITIC, overrides)
+
+
+def ref_settings(**overrides) -> s.RefSettings:
+    return dataclasses.replace(_REF, **overrides)
+
+
+def reward_model_settings(**overrides) -> s.RewardModelSettings:
+    return dataclasses.replace(_REWARD_MODEL, **overrides)
+
+
+def rollout_settings(**overrides) -> s.RolloutSettings:
+    return dataclasses.replace(_ROLLOUT, **overrides)
+
+
+def generate_settings(**overrides) -> s.GenerateSettings:
+    """temperature=0: greedy (what `do_sample=False` was)."""
+    return dataclasses.replace(_GENERATE, **overrides)
+
+
+def log_prob_settings(**overrides) -> s.LogProbSettings:
+    return dataclasses.replace(_LOG_PROB, **overrides)
+
+
+def forward_settings(**overrides) -> s.ForwardSettings:
+    return dataclasses.replace(_FORWARD, **overrides)
+
+
+def update_settings(**overrides) -> s.ActorUpdateSettings:
+    """An actor update; `mini_batch_size` and `micro_batch` count samples."""
+    return dataclasses.replace(_UPDATE, **overrides)
+
+
+def critic_update_settings(**overrides) -> s.CriticUpdateSettings:
+    return dataclasses.replace(_CRITIC_UPDATE, **overrides)

@@ -56,9 +56,12 @@ def run_loop(cfg: LoopConfig, log=print) -> dict:
     from rlgraph.models.eval import greedy_accuracy
     from rlgraph.workers import CriticWorker, PolicyWorker, RuleReward
 
-    actor = PolicyWorker(MODEL, trainable=True, lr=cfg.lr, seed=cfg.seed)
-    ref = PolicyWorker(MODEL, trainable=False) if cfg.algo == "ppo" else None
-    critic = CriticWorker(MODEL, lr=cfg.critic_lr, seed=cfg.seed) if cfg.algo == "ppo" else None
+    from .helpers import (actor_settings, critic_settings, critic_update_settings, forward_settings,
+                          generate_settings, log_prob_settings, ref_settings, update_settings)
+
+    actor = PolicyWorker(MODEL, actor_settings(lr=cfg.lr), seed=cfg.seed)
+    ref = PolicyWorker(MODEL, ref_settings(), seed=0) if cfg.algo == "ppo" else None
+    critic = CriticWorker(MODEL, critic_settings(lr=cfg.critic_lr), seed=cfg.seed) if cfg.algo == "ppo" else None
     reward = RuleReward("rlgraph.tasks.arith:exact_match")
     train, val = load_items(actor.tokenizer, "train"), load_items(actor.tokenizer, "val")[: cfg.val_rows]
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
@@ -71,36 +74,31 @@ def run_loop(cfg: LoopConfig, log=print) -> dict:
     started, cpu_started = time.perf_counter(), time.process_time()
     samples = cfg.prompts_per_step * cfg.n
     mini_batch_size = samples // cfg.mini_batches
+    sampling = generate_settings(n=cfg.n, temperature=cfg.temperature, max_new_tokens=MAX_NEW_TOKENS)
+    log_prob = log_prob_settings(temperature=cfg.temperature)
+    actor_update = update_settings(epochs=cfg.epochs, mini_batch_size=mini_batch_size, temperature=cfg.temperature)
+    critic_update = critic_update_settings(epochs=cfg.epochs, mini_batch_size=mini_batch_size)
     step = 0
     for step in range(1, cfg.steps + 1):
         first = (step - 1) * cfg.prompts_per_step
         batch = [train[order[i % len(order)]] for i in range(first, first + cfg.prompts_per_step)]
         # --- gen, reward, old log-prob
-        rollout = actor.generate(batch, n=cfg.n, temperature=cfg.temperature, max_new_tokens=MAX_NEW_TOKENS)
+        rollout = actor.generate(batch, settings=sampling)
         scores = reward.score(rollout)  # (batch, R)
-        old_log_prob = actor.log_prob(rollout, temperature=cfg.temperature)
+        old_log_prob = actor.log_prob(rollout, settings=log_prob)
         # --- advantages
         if cfg.algo == "grpo":
             advantages, _ = grpo_advantage(scores, rollout.response_mask, rollout.uid)
         else:
-            ref_log_prob = ref.log_prob(rollout, temperature=cfg.temperature)
-            values = critic.values(rollout)
+            ref_log_prob = ref.log_prob(rollout, settings=log_prob)
+            values = critic.values(rollout, settings=forward_settings())
             rewards, _ = apply_kl_penalty(
                 scores, old_log_prob, ref_log_prob, rollout.response_mask, cfg.kl_coef, "k1"
             )
             advantages, returns = gae(rewards, values, rollout.response_mask, cfg.gamma, cfg.lam)
-            critic_metrics = critic.update(
-                rollout, values, returns, epochs=cfg.epochs, mini_batch_size=mini_batch_size
-            )
+            critic_metrics = critic.update(rollout, values, returns, settings=critic_update)
         # --- actor update
-        metrics = actor.update(
-            rollout,
-            old_log_prob,
-            advantages.float(),
-            epochs=cfg.epochs,
-            mini_batch_size=mini_batch_size,
-            temperature=cfg.temperature,
-        )
+        metrics = actor.update(rollout, old_log_prob, advantages.float(), settings=actor_update)
         if step % cfg.eval_every == 0 or step == cfg.steps:
             history.append((step, accuracy()))
             extra = f" vf_loss {critic_metrics['critic/vf_loss']:.4f}" if critic else ""

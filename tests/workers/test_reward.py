@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from rlgraph.workers.reward import RewardFunctionError, RuleReward, load_reward_fn
-from .test_batch import make_rollout
+from .test_batch import make_multi_turn, make_rollout
 
 
 def score_by_ground_truth(data_source, solution_str, ground_truth, extra_info=None):
@@ -26,6 +26,16 @@ def test_score_sits_on_the_last_response_token():
     for row, last in enumerate((1, 3, 0, 2)):
         expected[row, last] = row + 0.5
     assert torch.equal(scores, expected)
+
+
+def test_score_sits_on_the_reward_index_of_a_multi_turn_row():
+    # after the last model turn by default (not on a tool's output, not on padding); anywhere it is told
+    for rollout, columns in ((make_multi_turn(), [6, 2, 3, 7]),
+                             (make_multi_turn(reward_index=torch.tensor([1, 0, 0, 4])), [1, 0, 0, 4])):
+        scores = RuleReward(score_by_ground_truth).score(rollout)
+        expected = torch.zeros(4, 8)
+        expected[torch.arange(4), torch.tensor(columns)] = torch.arange(4) + 0.5
+        assert torch.equal(scores, expected)
 
 
 def test_load_by_spec_string_and_arith_task():

@@ -1,7 +1,8 @@
 import torch
 
-from .helpers import EOS, PAD, make_items
-from rlgraph.workers.rollout_hf import HFRollout, left_pad, mask_after_eos
+from .helpers import EOS, PAD, generate_settings, make_items
+from rlgraph.workers.engines.hf import HFEngine
+from rlgraph.workers.rollout import generate_rollout, left_pad, mask_after_eos
 
 
 class ScriptedLM(torch.nn.Module):
@@ -20,6 +21,12 @@ class ScriptedLM(torch.nn.Module):
         return torch.cat([input_ids, tail], dim=1)
 
 
+def generate(engine, items, *, seed=None, uid_offset=0, **settings):
+    """generate_rollout with every call argument spelled out, settings from the test's defaults."""
+    return generate_rollout(engine, items, generate_settings(**settings), seed=seed, uid_offset=uid_offset,
+                            policy_version=0)
+
+
 def test_left_pad_and_eos_mask():
     ids, mask = left_pad([[5, 6], [7], [8, 9, 10]], PAD)
     assert ids.tolist() == [[PAD, 5, 6], [PAD, PAD, 7], [8, 9, 10]]
@@ -34,7 +41,7 @@ def test_generate_post_processing_with_scripted_model(tokenizer):
     # 2 prompts x n=2; HF stopped after 3 tokens (every row hit EOS), we ask for 5 columns
     lm = ScriptedLM([[4, 5, EOS], [6, EOS, PAD], [EOS, PAD, PAD], [7, EOS, 9]])
     items = make_items(["1+2=", "3="], tokenizer, ["3", "3"])
-    rollout = HFRollout(lm, tokenizer).generate(items, n=2, max_new_tokens=5, do_sample=False)
+    rollout = generate(HFEngine(lm, tokenizer), items, n=2, max_new_tokens=5, temperature=0.0)
     input_ids, attention_mask, config = lm.calls[0]
     assert config.do_sample is False and config.max_new_tokens == 5
     assert config.eos_token_id == [EOS] and config.pad_token_id == PAD
@@ -54,17 +61,17 @@ def test_generate_post_processing_with_scripted_model(tokenizer):
 
 def test_generate_truncates_to_max_new_tokens(tokenizer):
     lm = ScriptedLM([[4, 5, 6, 7]])
-    rollout = HFRollout(lm, tokenizer).generate(make_items(["1="], tokenizer), n=1, max_new_tokens=3)
+    rollout = generate(HFEngine(lm, tokenizer), make_items(["1="], tokenizer), n=1, max_new_tokens=3)
     assert rollout.responses.tolist() == [[4, 5, 6]] and rollout.response_mask.tolist() == [[1, 1, 1]]
 
 
 def test_sampling_settings_and_greedy_at_zero_temperature(tokenizer):
     lm = ScriptedLM([[4]])
-    engine = HFRollout(lm, tokenizer)
-    engine.generate(make_items(["1="], tokenizer), max_new_tokens=2, temperature=0.7, top_p=0.9, top_k=5)
+    engine = HFEngine(lm, tokenizer)
+    generate(engine, make_items(["1="], tokenizer), max_new_tokens=2, temperature=0.7, top_p=0.9, top_k=5)
     config = lm.calls[-1][2]
     assert config.do_sample and (config.temperature, config.top_p, config.top_k) == (0.7, 0.9, 5)
-    engine.generate(make_items(["1="], tokenizer), max_new_tokens=2, temperature=0.0)
+    generate(engine, make_items(["1="], tokenizer), max_new_tokens=2, temperature=0.0)
     assert lm.calls[-1][2].do_sample is False
 
 
@@ -72,11 +79,11 @@ def test_real_model_shapes_seeding_and_uid_offset(tiny_model_dir, tokenizer):
     from transformers import AutoModelForCausalLM
 
     module = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    engine = HFRollout(module, tokenizer)
+    engine = HFEngine(module, tokenizer)
     items = make_items(["12+34=", "5+6=", "7="], tokenizer)
-    a = engine.generate(items, n=3, max_new_tokens=6, seed=123, uid_offset=10)
-    b = engine.generate(items, n=3, max_new_tokens=6, seed=torch.Generator().manual_seed(7))
-    c = engine.generate(items, n=3, max_new_tokens=6, seed=123)
+    a = generate(engine, items, n=3, max_new_tokens=6, seed=123, uid_offset=10)
+    b = generate(engine, items, n=3, max_new_tokens=6, seed=torch.Generator().manual_seed(7))
+    c = generate(engine, items, n=3, max_new_tokens=6, seed=123)
     assert a.responses.shape == (9, 6) and a.prompts.shape == (9, 6)
     assert a.uid == [10, 10, 10, 11, 11, 11, 12, 12, 12]
     assert torch.equal(a.responses, c.responses)  # same seed, same samples
@@ -85,5 +92,5 @@ def test_real_model_shapes_seeding_and_uid_offset(tiny_model_dir, tokenizer):
     # the mask is consistent with the tokens: 1 up to and including the first EOS
     assert torch.equal(a.response_mask, mask_after_eos(a.responses, EOS))
     assert (a.responses[a.response_mask == 0] == PAD).all()
-    greedy = [engine.generate(items, n=2, max_new_tokens=6, do_sample=False).responses for _ in range(2)]
+    greedy = [generate(engine, items, n=2, max_new_tokens=6, temperature=0.0).responses for _ in range(2)]
     assert torch.equal(greedy[0], greedy[1]) and torch.equal(greedy[0][0], greedy[0][1])

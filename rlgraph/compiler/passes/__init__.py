@@ -10,6 +10,7 @@ from rlgraph.compiler.passes.batch import batch
 from rlgraph.compiler.passes.dataflow import dataflow
 from rlgraph.compiler.passes.resolve import resolve
 from rlgraph.compiler.passes.roles import roles
+from rlgraph.compiler.passes.runtime_support import runtime_support
 
 PASSES = (
     resolve,    # names: models, pools, roles, places
@@ -17,4 +18,5 @@ PASSES = (
     roles,      # trained roles updated once from the right inputs; every role called
     algorithm,  # estimators, KL, weight syncs
     batch,      # prompts × n split evenly over replicas, mini- and micro-batches
+    runtime_support,  # only what rlgraph's runtime implements (warnings; `run` refuses some)
 )

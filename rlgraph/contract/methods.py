@@ -1,0 +1,96 @@
+"""The one table of role methods: (role kind, method) -> worker method, ports, dispatch, settings.
+
+Both sides read it: the compiler builds its call signatures from these ports (rlgraph/compiler/builtins.py
+adds docs and the spec's keyword arguments), and the step driver dispatches a role call from the same
+entry (rlgraph/runtime/driver.py). tests/contract/test_methods.py holds the workers to it: every worker
+class that hosts a role kind has each method with these inputs and a `settings` argument.
+
+How a call reaches its worker: `worker.<worker_method>(rollout, *token inputs in port order,
+settings=<settings>, **step arguments)`, where `rollout` is the step's generated batch (for `generate`:
+the prompts instead), token inputs are the call's `token` ports that the spec names, and step arguments
+are the per-step values the driver adds (seeds, offsets, the policy version).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlgraph.contract import settings as s
+
+# Field kinds: `prompts` (a batch of prompts from the data), `responses` (the generated samples, a
+# Rollout), `token` (a float per response token, (batch, response_len)).
+PROMPTS, RESPONSES, TOKEN = "prompts", "responses", "token"
+
+# How a role's replicas share a call (rlgraph/runtime/group.py): split the batch / one input each /
+# the same call on all / replica 0 only.
+DISPATCH_MODES = ("split", "each", "all", "one")
+
+
+@dataclass(frozen=True)
+class Port:
+    name: str  # the parameter's meaning, e.g. `old_log_prob`
+    kind: str  # prompts | responses | token
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class RoleMethod:
+    kind: str  # role kind
+    method: str  # as the spec writes it: `actor.update`
+    worker_method: str  # the worker's method that runs it
+    inputs: tuple[Port, ...]
+    outputs: tuple[Port, ...]
+    dispatch: str
+    settings: type  # rlgraph.contract.settings class the call receives
+    step_args: tuple[str, ...] = ()  # keyword arguments the driver adds each step
+    min_outputs: int | None = None  # fewer outputs may be named (`generate -> responses`)
+
+    @property
+    def token_inputs(self) -> tuple[Port, ...]:
+        return tuple(p for p in self.inputs if p.kind == TOKEN)
+
+
+# role kind -> the worker class that hosts it (rlgraph/workers); a rollout colocated with the policy
+# it is synced from generates with that policy worker's module instead (the hybrid engine).
+WORKERS = {"actor": "policy", "ref": "policy", "critic": "critic", "reward_model": "reward_model",
+           "rollout": "rollout"}
+
+_RESPONSES = (Port("responses", RESPONSES),)
+_GENERATE_ARGS = ("seed", "uid_offset", "policy_version")
+_UPDATE_ARGS = ("shuffle_seed",)
+
+ROLE_METHODS: dict[tuple[str, str], RoleMethod] = {(m.kind, m.method): m for m in (
+    RoleMethod("rollout", "generate", "generate", (Port("prompts", PROMPTS),),
+               (Port("responses", RESPONSES), Port("log_prob", TOKEN)), "each", s.GenerateSettings,
+               _GENERATE_ARGS, min_outputs=1),
+    RoleMethod("actor", "log_prob", "log_prob", _RESPONSES, (Port("log_prob", TOKEN),), "split", s.LogProbSettings),
+    RoleMethod("actor", "update", "update",
+               (Port("old_log_prob", TOKEN), Port("advantages", TOKEN), Port("ref_log_prob", TOKEN, optional=True)),
+               (), "split", s.ActorUpdateSettings, _UPDATE_ARGS),
+    RoleMethod("ref", "log_prob", "log_prob", _RESPONSES, (Port("ref_log_prob", TOKEN),), "split", s.LogProbSettings),
+    RoleMethod("critic", "values", "values", _RESPONSES, (Port("values", TOKEN),), "split", s.ForwardSettings),
+    RoleMethod("critic", "update", "update", (Port("values", TOKEN), Port("returns", TOKEN)), (), "split",
+               s.CriticUpdateSettings, _UPDATE_ARGS),
+    RoleMethod("reward_model", "score", "score", _RESPONSES, (Port("scores", TOKEN),), "split", s.ForwardSettings),
+)}
+
+
+def methods_of(kind: str) -> dict[str, RoleMethod]:
+    """The methods a role of `kind` offers, by the name a spec calls them."""
+    return {method: m for (k, method), m in ROLE_METHODS.items() if k == kind}
+
+
+def role_method(kind: str | None, method: str | None) -> RoleMethod | None:
+    return ROLE_METHODS.get((kind or "", method or ""))
+
+
+def call_settings_class(kind: str, target: str, role_kind: str | None = None, method: str | None = None) -> type:
+    """The settings class a call of the Plan receives: by role method, by transform, or none (a reward)."""
+    if kind == "role":
+        entry = role_method(role_kind, method)
+        if entry is None:
+            raise KeyError(f"no role method {role_kind}.{method}")
+        return entry.settings
+    if kind == "transform":
+        return s.TRANSFORM_SETTINGS[target]
+    return s.NoSettings

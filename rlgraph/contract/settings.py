@@ -1,0 +1,251 @@
+"""Typed, fully resolved settings: what the Plan hands every role and every call.
+
+Planning (rlgraph/plan/resolve.py) fills each of these from the spec, every default taken from the spec's
+schema and every unit converted (mini-batches in samples per replica, clip ranges split low/high), so
+nothing below the Plan has a default of its own and nothing reads a settings dict by string key. They are
+frozen, serialised in plan.json (`settings_to_dict`) and read back strictly (`settings_from_dict`): a
+plan.json written by another rlgraph version fails with the names of the fields that differ.
+
+Pure Python: the compiler, the plan, the runtime and the workers all import this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+# ---- role settings: one class per role kind --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    """AdamW with linear warm-up, then a constant learning rate."""
+
+    lr: float
+    betas: tuple[float, float]
+    weight_decay: float
+    warmup_steps: int
+    grad_clip: float | None  # clip the global gradient norm to this; None = off (the spec's 0)
+
+
+@dataclass(frozen=True)
+class ActorSettings:
+    dtype: str  # torch dtype name: float32 | bfloat16 | float16
+    strategy: str  # ddp | fsdp
+    micro_batch: int | None  # samples per device per forward pass; None = the whole batch at once
+    entropy_coeff: float
+    optim: OptimSettings
+
+
+@dataclass(frozen=True)
+class CriticSettings:
+    dtype: str
+    strategy: str
+    micro_batch: int | None
+    head: str  # value
+    optim: OptimSettings
+
+
+@dataclass(frozen=True)
+class RefSettings:
+    dtype: str
+    strategy: str  # the strategy of the trained role it is colocated with (fsdp shards it too), else ddp
+    micro_batch: int | None
+
+
+@dataclass(frozen=True)
+class RewardModelSettings:
+    dtype: str
+    micro_batch: int | None
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    engine: str  # a name in the engine registry (rlgraph/workers/engines)
+    n: int  # samples per prompt
+    temperature: float  # 0 = greedy
+    top_p: float
+    top_k: int  # 0 = all tokens
+    max_new_tokens: int
+    tp: int  # devices per replica
+    memory_fraction: float
+    dtype: str
+
+
+# ---- call settings: one class per kind of call -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NoSettings:
+    """A call that takes no settings (a rule reward)."""
+
+
+@dataclass(frozen=True)
+class GenerateSettings:
+    n: int
+    temperature: float  # 0 = greedy
+    top_p: float
+    top_k: int
+    max_new_tokens: int
+    keep_log_probs: bool  # `-> responses, log_prob`: keep each sampled token's log-prob
+
+
+@dataclass(frozen=True)
+class LogProbSettings:
+    temperature: float  # the rollout's sampling temperature (1 for a greedy rollout): log pi of what was sampled
+    micro_batch: int | None
+
+
+@dataclass(frozen=True)
+class ForwardSettings:
+    """A forward pass over the batch: critic values, reward-model scores."""
+
+    micro_batch: int | None
+
+
+@dataclass(frozen=True)
+class ActorUpdateSettings:
+    epochs: int
+    minibatch: int | None  # prompts per optimizer step, as written (None = the whole batch)
+    mini_batch_size: int | None  # the same in samples per replica: minibatch x n / replicas
+    micro_batch: int | None
+    loss_agg: str
+    clip_low: float
+    clip_high: float
+    clip_c: float  # dual-clip bound for negative advantages
+    kl_coef: float  # KL loss against ref_log_prob (0 = off)
+    kl_kind: str
+    policy_loss: str  # vanilla | gspo
+    entropy_coeff: float
+    temperature: float  # as LogProbSettings.temperature
+
+
+@dataclass(frozen=True)
+class CriticUpdateSettings:
+    epochs: int
+    minibatch: int | None
+    mini_batch_size: int | None
+    micro_batch: int | None
+    loss_agg: str
+    clip: float  # value clip range around the old values
+
+
+@dataclass(frozen=True)
+class KlPenaltySettings:
+    kind: str
+    coef: float
+    target: float | None  # a target KL makes the coefficient adaptive
+    horizon: int
+
+
+@dataclass(frozen=True)
+class GaeSettings:
+    gamma: float
+    lam: float
+
+
+@dataclass(frozen=True)
+class GrpoSettings:
+    epsilon: float
+    norm_by_std: bool
+
+
+@dataclass(frozen=True)
+class GroupBaselineSettings:
+    """RLOO and REINFORCE++-baseline: a per-prompt baseline."""
+
+    epsilon: float
+
+
+@dataclass(frozen=True)
+class ReinforcePPSettings:
+    gamma: float
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    steps: int
+    seed: int
+    validate_every: int  # 0 = only before the first and after the last step
+    val_samples: int
+    checkpoint_every: int  # 0 = only after the last step
+    keep_checkpoints: int
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    train: str
+    val: str | None
+    batch_size: int  # prompts per step
+    max_prompt_length: int
+    shuffle: bool
+    val_batch_size: int
+
+
+ROLE_SETTINGS: dict[str, type] = {
+    "actor": ActorSettings,
+    "critic": CriticSettings,
+    "ref": RefSettings,
+    "reward_model": RewardModelSettings,
+    "rollout": RolloutSettings,
+}
+
+TRANSFORM_SETTINGS: dict[str, type] = {
+    "kl_penalty": KlPenaltySettings,
+    "gae": GaeSettings,
+    "grpo_advantage": GrpoSettings,
+    "rloo_advantage": GroupBaselineSettings,
+    "reinforce_pp_advantage": ReinforcePPSettings,
+    "reinforce_pp_baseline_advantage": GroupBaselineSettings,
+}
+
+SETTINGS_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (
+    NoSettings, GenerateSettings, LogProbSettings, ForwardSettings, ActorUpdateSettings, CriticUpdateSettings,
+    *ROLE_SETTINGS.values(), *TRANSFORM_SETTINGS.values(), TrainSettings, DataSettings,
+)}
+
+_NESTED = {"optim": OptimSettings}
+_TUPLES = ("betas",)
+
+
+class SettingsError(ValueError):
+    """A settings dict that does not match its class (a plan.json from another rlgraph version)."""
+
+
+def settings_to_dict(settings: Any) -> dict[str, Any]:
+    """Plain JSON values; the class name goes beside it (see `CallPlan`, `RolePlan`)."""
+    out = dataclasses.asdict(settings)
+    for name in _TUPLES:
+        _listify(out, name)
+    return out
+
+
+def _listify(data: dict[str, Any], name: str) -> None:
+    for value in data.values():
+        if isinstance(value, dict):
+            _listify(value, name)
+    if isinstance(data.get(name), tuple):
+        data[name] = list(data[name])
+
+
+def settings_from_dict(cls: type | str, data: dict[str, Any]) -> Any:
+    """`cls(**data)`, strictly: a missing or unknown field is a SettingsError naming it."""
+    if isinstance(cls, str):
+        if cls not in SETTINGS_CLASSES:
+            raise SettingsError(f"unknown settings class {cls!r}")
+        cls = SETTINGS_CLASSES[cls]
+    names = {f.name for f in dataclasses.fields(cls)}
+    missing, unknown = sorted(names - set(data)), sorted(set(data) - names)
+    if missing or unknown:
+        parts = ([f"missing {', '.join(missing)}"] if missing else []) + \
+                ([f"unknown {', '.join(unknown)}"] if unknown else [])
+        raise SettingsError(f"{cls.__name__}: {'; '.join(parts)}")
+    values = dict(data)
+    for name, nested in _NESTED.items():
+        if name in values and isinstance(values[name], dict):
+            values[name] = settings_from_dict(nested, values[name])
+    for name in _TUPLES:
+        if isinstance(values.get(name), list):
+            values[name] = tuple(values[name])
+    return cls(**values)

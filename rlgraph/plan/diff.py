@@ -1,0 +1,145 @@
+"""What changed between two plans, in the keys a user writes in a spec (`actor.optim.lr`, `step.actor.update.clip`).
+
+    flatten(plan)        plan dict (Plan.to_dict() or a checkpoint's plan.json) -> {dotted key: JSON value}
+    diff_plans(old, new) -> [Change]: `actor.optim.lr: 0.0003 -> 0.001`, `+ role critic`, `- step critic.update`
+    plan_hash(plan)      sha256 of what is trained (not the spec's path, diagnostics, estimates or schedule)
+
+Plain data in, plain data out: reads plan dicts of older and newer schemas alike (a role's values under
+"settings" and/or the older "config", a call's under "settings" and/or "kwargs").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+# Changes a resumed run takes without --accept-changes: they make the run longer or change what is
+# watched (validation, checkpoints), never the update a step makes, so the weights up to the checkpoint
+# and the steps after it are the ones the same run would have made.
+RESUME_SAFE = frozenset({
+    "train.steps",
+    "train.validate_every",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.val_samples",
+    "data.val",
+    "data.val_batch_size",
+})
+
+# Plan fields that describe the plan rather than what it trains: the spec's path (the same spec run from
+# the copy in the run directory), findings and estimates, and the schedule (derived from the calls).
+NOT_TRAINED = ("spec", "diagnostics", "memory", "schedule")
+
+# Keys of a whole role, call, pool, model or sync: added or removed as one line, their values not listed.
+_ENTITY_PREFIX = {"role": "{}.", "step": "step.{}.", "pool": "pools.{}.", "model": "models.{}."}
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(unset)"
+
+
+ABSENT: Any = _Absent()  # the key is not in that plan
+
+
+@dataclass(frozen=True)
+class Change:
+    key: str  # `actor.optim.lr`; a whole thing is `role critic`, `step critic.update`, `sync actor -> rollout`
+    old: Any = ABSENT
+    new: Any = ABSENT
+
+    @property
+    def is_entity(self) -> bool:
+        return " " in self.key
+
+    @property
+    def resume_safe(self) -> bool:
+        return self.key in RESUME_SAFE
+
+    def render(self) -> str:
+        if self.is_entity:
+            return f"{'+' if self.old is ABSENT else '-'} {self.key}"
+        return f"{self.key}: {_show(self.old)} -> {_show(self.new)}"
+
+    def to_json(self) -> dict[str, Any]:
+        """{"key", "old", "new"}; a side where the key is absent is left out."""
+        out: dict[str, Any] = {"key": self.key}
+        if self.old is not ABSENT:
+            out["old"] = self.old
+        if self.new is not ABSENT:
+            out["new"] = self.new
+        return out
+
+
+def _show(value: Any) -> str:
+    return repr(value) if value is ABSENT else json.dumps(value)
+
+
+def flatten(plan: dict[str, Any]) -> dict[str, Any]:
+    """{dotted key: value} of everything a plan trains with; whole things as `role <name>` etc. -> True."""
+    plan = json.loads(json.dumps(plan, default=str))  # tuples as lists, as a plan.json read back has them
+    out: dict[str, Any] = {}
+    for pool in plan.get("pools") or []:
+        out[f"pool {pool['name']}"] = True
+        out.update(_dotted(f"pools.{pool['name']}", {k: v for k, v in pool.items() if k != "name"}))
+    for name, model in (plan.get("models") or {}).items():
+        out[f"model {name}"] = True
+        out.update(_dotted(f"models.{name}", model))
+    for role in plan.get("roles") or []:
+        name = role["name"]
+        out[f"role {name}"] = True
+        fields = {k: role[k] for k in ("kind", "model", "model_path", "pool", "replicas", "tp", "colocate") if k in role}
+        # the role's resolved fields win over the same key in its block (e.g. a rollout's model is its actor's)
+        out.update(_dotted(name, {**_values(role, "config"), **fields}))
+    for name, fn in (plan.get("rewards") or {}).items():
+        out[f"rewards.{name}"] = fn
+    for source, target in plan.get("syncs") or []:
+        out[f"sync {source} -> {target}"] = True
+    for call in plan.get("calls") or []:
+        label = call["label"]
+        out[f"step {label}"] = True
+        what = call["target"] + (f".{call['method']}" if call.get("method") else "")
+        out[f"step.{label}.call"] = f"{call['kind']} {what}"
+        out.update(_dotted(f"step.{label}", _values(call, "kwargs")))
+    out.update(_dotted("data", plan.get("data") or {}))
+    out.update(_dotted("train", plan.get("train") or {}))
+    return out
+
+
+def _values(row: dict[str, Any], older: str) -> dict[str, Any]:
+    """A role's or call's values: the resolved "settings", and the values under the older key ("config",
+    "kwargs") where a plan has them too: a call's kwargs are as the user wrote them (`clip`), its settings
+    what the runtime reads (`clip_low`, `clip_high`, `mini_batch_size`), and both can change."""
+    return {**(row.get("settings") or {}), **(row.get(older) or {})}
+
+
+def _dotted(prefix: str, values: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    for key, value in values.items():
+        if isinstance(value, dict):
+            yield from _dotted(f"{prefix}.{key}", value)
+        else:
+            yield f"{prefix}.{key}", value
+
+
+def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
+    """The changes from `old` to `new`: whole things added or removed first (the keys of such a role, call,
+    pool or model are left out: its `+ role <name>` line says it), then changed values in `old`'s order."""
+    a, b = flatten(old), flatten(new)
+    changes = [Change(k, a[k], b.get(k, ABSENT)) for k in a if k not in b or b[k] != a[k]]
+    changes += [Change(k, ABSENT, b[k]) for k in b if k not in a]
+    whole = [_ENTITY_PREFIX[c.key.split(" ", 1)[0]].format(c.key.split(" ", 1)[1])
+             for c in changes if c.is_entity and c.key.split(" ", 1)[0] in _ENTITY_PREFIX]
+    kept = [c for c in changes if c.is_entity or not any(c.key.startswith(p) for p in whole)]
+    return sorted(kept, key=lambda c: not c.is_entity)  # what was added or removed first
+
+
+def render_diff(changes: list[Change]) -> str:
+    return "\n".join(c.render() for c in changes)
+
+
+def plan_hash(plan: dict[str, Any]) -> str:
+    """sha256 of the plan's canonical JSON without the fields in NOT_TRAINED."""
+    kept = {k: v for k, v in plan.items() if k not in NOT_TRAINED}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

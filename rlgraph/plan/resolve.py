@@ -1,0 +1,93 @@
+"""Spec values -> typed, fully resolved settings (rlgraph.contract.settings), once, at planning.
+
+Every default comes from the spec's schema (the program's values already hold them) and every unit is
+converted here: dtypes to torch names, a grad clip of 0 to None, mini-batches from prompts to samples per
+replica, `clip` to its low/high sides, the log-prob temperature from the step's rollout. Nothing below
+the Plan restates a default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlgraph.compiler.graph import CallNode
+from rlgraph.contract import settings as s
+from rlgraph.contract.methods import call_settings_class
+from rlgraph.spec.program import Decl, Program
+
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # spec name -> torch name
+
+
+def role_settings(program: Program, role: Decl, root: Decl) -> Any:
+    """The settings of `role` (root: the role whose processes it shares, itself if none)."""
+    v = role.values
+    dtype = TORCH_DTYPES[v.get("dtype") or "fp32"]
+    if role.kind == "actor":
+        return s.ActorSettings(dtype, v["strategy"], v.get("micro_batch"), v["entropy_coeff"], _optim(v))
+    if role.kind == "critic":
+        return s.CriticSettings(dtype, v["strategy"], v.get("micro_batch"), v["head"], _optim(v))
+    if role.kind == "ref":
+        # a frozen role is sharded like the trained role it is colocated with (as the memory model counts it)
+        trained_root = root is not role and root.kind in ("actor", "critic")
+        strategy = (root.values.get("strategy") or "ddp") if trained_root else "ddp"
+        return s.RefSettings(dtype, strategy, v.get("micro_batch"))
+    if role.kind == "reward_model":
+        return s.RewardModelSettings(dtype, v.get("micro_batch"))
+    if role.kind == "rollout":
+        return s.RolloutSettings(v["engine"], v["n"], v["temperature"], v["top_p"], v["top_k"], v["max_new_tokens"],
+                                 v["tp"], v["memory_fraction"], dtype)
+    raise ValueError(f"no settings for role kind {role.kind!r}")
+
+
+def _optim(values: dict[str, Any]) -> s.OptimSettings:
+    o = values["optim"]
+    return s.OptimSettings(o["lr"], tuple(o["betas"]), o["weight_decay"], o["warmup_steps"], o["grad_clip"] or None)
+
+
+def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int], rollout: Any | None) -> Any:
+    """The settings of one call of the step. `roles`: role name -> its settings; `rollout`: the settings of
+    the step's generating role (None in a spec without a generate call, which has errors anyway)."""
+    kw = call.kwargs
+    cls = call_settings_class(call.kind, call.target, call.role_kind, call.method)
+    if call.kind != "role":
+        return cls(**{name: kw[name] for name in cls.__dataclass_fields__})
+    n = rollout.n if rollout is not None else 1
+    # log pi of what was sampled: at the sampling temperature; a greedy rollout's tokens are scored at T = 1
+    temperature = rollout.temperature if rollout is not None and rollout.temperature > 0 else 1.0
+    role = roles.get(call.target)
+    micro_batch = getattr(role, "micro_batch", None)
+    if cls is s.GenerateSettings:
+        return s.GenerateSettings(role.n, role.temperature, role.top_p, role.top_k, role.max_new_tokens,
+                                  keep_log_probs=len(call.outputs) > 1)
+    if cls is s.LogProbSettings:
+        return s.LogProbSettings(temperature, micro_batch)
+    if cls is s.ForwardSettings:
+        return s.ForwardSettings(micro_batch)
+    # mini-batches are written in prompts (verl's ppo_mini_batch_size): samples = prompts x n, per replica
+    minibatch = kw.get("minibatch")
+    mini_batch_size = max(minibatch * n // replicas.get(call.target, 1), 1) if minibatch else None
+    if cls is s.ActorUpdateSettings:
+        clip = kw["clip"]
+        return s.ActorUpdateSettings(
+            epochs=kw["epochs"], minibatch=minibatch, mini_batch_size=mini_batch_size, micro_batch=micro_batch,
+            loss_agg=kw["loss_agg"],
+            clip_low=kw["clip_low"] if kw.get("clip_low") is not None else clip,
+            clip_high=kw["clip_high"] if kw.get("clip_high") is not None else clip,
+            clip_c=kw["clip_c"], kl_coef=kw["kl_coef"] or 0.0, kl_kind=kw["kl_kind"], policy_loss=kw["policy_loss"],
+            entropy_coeff=getattr(role, "entropy_coeff", 0.0), temperature=temperature)
+    if cls is s.CriticUpdateSettings:
+        return s.CriticUpdateSettings(kw["epochs"], minibatch, mini_batch_size, micro_batch, kw["loss_agg"], kw["clip"])
+    raise ValueError(f"no settings resolution for {call.label}")
+
+
+def data_settings(program: Program) -> s.DataSettings | None:
+    if program.data is None:
+        return None
+    v = program.data.values
+    return s.DataSettings(v["train"], v.get("val"), v["batch_size"], v["max_prompt_length"], v["shuffle"],
+                          v["val_batch_size"])
+
+
+def train_settings(values: dict[str, Any]) -> s.TrainSettings:
+    return s.TrainSettings(values["steps"], values["seed"], values["validate_every"], values["val_samples"],
+                           values["checkpoint_every"], values["keep_checkpoints"])

@@ -1,0 +1,123 @@
+"""One training step as plain Python: the parts the Ray step driver and the in-process step share.
+
+When every role of a plan lives in one process (a spec on one device, verl's hybrid engine), the driver
+hands the whole step to that process in one Ray call (`LocalStep`, run by `DeviceProcess.run_step`):
+rewards and transforms are pure torch on small tensors, so they run there too, and the step costs one
+round trip instead of one per stage. The arguments each call gets, and the seeds, are the ones the Ray
+driver gives (`call_arguments`), so both paths train bit for bit alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from rlgraph.contract.methods import RoleMethod, role_method
+from rlgraph.plan.model import CallPlan, Plan
+from rlgraph.runtime.metrics import batch_metrics, timing_name
+
+# Port meanings the batch metrics read (critic/score, critic/rewards, ...).
+SEMANTIC_PORTS = ("scores", "rewards", "advantages", "returns", "values")
+
+
+def derive_seed(seed: int, step: int, purpose: str) -> int:
+    """A seed for one purpose at one step: the same on every machine and on every resume."""
+    digest = hashlib.sha256(f"rlgraph:{seed}:{step}:{purpose}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 2  # < 2**62
+
+
+def step_arguments(entry: RoleMethod, call: CallPlan, seed: int, step: int, replica: int = 0,
+                   rows_per_replica: int = 0) -> dict[str, Any]:
+    """The per-step keyword arguments of a role call (its settings, seeds, offsets), for one replica."""
+    made = {
+        "seed": lambda: derive_seed(seed, step, f"generate/{replica}"),
+        "uid_offset": lambda: replica * rows_per_replica,
+        "policy_version": lambda: step - 1,  # the weights that sample have had step - 1 updates
+        "shuffle_seed": lambda: derive_seed(seed, step, f"update/{call.target}"),
+    }
+    return {"settings": call.settings, **{name: made[name]() for name in entry.step_args}}
+
+
+def role_entry(call: CallPlan) -> RoleMethod:
+    entry = role_method(call.role_kind, call.method)
+    if entry is None:
+        raise ValueError(f"the runtime has no implementation of `{call.label}` ({call.role_kind}.{call.method})")
+    return entry
+
+
+@dataclass
+class StepResult:
+    metrics: dict[str, float] = field(default_factory=dict)
+    timing: dict[str, float] = field(default_factory=dict)
+    stages: list[float] = field(default_factory=list)  # wall seconds of each stage of the schedule
+
+
+def add_time(timing: dict[str, float], name: str, seconds: float) -> None:
+    timing[name] = timing.get(name, 0.0) + seconds
+
+
+class LocalStep:
+    """The plan's schedule run in the process that hosts every role. `call(role, method, *args, **kwargs)`
+    runs a worker method and returns (result, seconds) (DeviceProcess.call: errors name the role);
+    `driver_calls` runs rewards and transforms (rlgraph/runtime/transforms.py)."""
+
+    def __init__(self, plan: Plan, call: Callable[..., tuple[Any, float]], driver_calls: Any) -> None:
+        self.plan, self.call, self.driver_calls = plan, call, driver_calls
+        self.seed = plan.train.seed
+        generate = next(c for c in plan.calls if c.kind == "role" and c.method == "generate")
+        self.responses = generate.outputs[0][1]
+        self.stages = [[plan.call(call_id) for call_id in stage.calls] for stage in plan.schedule]
+
+    def run(self, step: int, prompts: list[dict[str, Any]], kl_state: dict[str, float]) -> tuple[StepResult, dict]:
+        """One step; the adaptive KL coefficients come in and go out, so the driver keeps owning them."""
+        self.driver_calls.load_state_dict(kl_state)
+        result = StepResult()
+        values: dict[str, Any] = {"prompts": prompts}
+        semantic: dict[str, Any] = {}
+        for calls in self.stages:
+            stage_start = time.perf_counter()
+            for call in calls:
+                if call.kind == "role":
+                    self._role(call, step, values, result, semantic)
+                else:
+                    self._driver(call, step, values, result, semantic)
+            result.stages.append(time.perf_counter() - stage_start)
+        rollout = values[self.responses]
+        result.metrics.update(batch_metrics(rollout, semantic))
+        result.metrics["perf/total_num_tokens"] = int(rollout.attention_mask.sum())
+        return result, self.driver_calls.state_dict()
+
+    def _role(self, call: CallPlan, step: int, values: dict, result: StepResult, semantic: dict) -> None:
+        entry = role_entry(call)
+        ports = dict(call.inputs)
+        if entry.dispatch == "each":  # generate, by the one replica
+            args = [values[ports["prompts"]]]
+            kwargs = step_arguments(entry, call, self.seed, step, 0, len(args[0]))
+        else:
+            args = [values[self.responses]] + [values[ports[p.name]] for p in entry.token_inputs if ports.get(p.name)]
+            kwargs = step_arguments(entry, call, self.seed, step)
+        value, seconds = self.call(call.target, entry.worker_method, *args, **kwargs)
+        add_time(result.timing, timing_name(call), seconds)
+        if call.method == "update":
+            result.metrics.update(value)
+        for port, name in call.outputs:
+            # generate's second output is the log-probs it kept, inside the rollout
+            values[name] = value.sample_log_probs if call.method == "generate" and port == "log_prob" else value
+            if call.method == "values":
+                semantic.setdefault("values", value)
+
+    def _driver(self, call: CallPlan, step: int, values: dict, result: StepResult, semantic: dict) -> None:
+        start = time.perf_counter()
+        inputs = {port: values[name] for port, name in call.inputs}
+        outputs, metrics = self.driver_calls.run(call, inputs, values[self.responses], f"step {step}")
+        add_time(result.timing, timing_name(call), time.perf_counter() - start)
+        result.metrics.update(metrics)
+        for port, name in call.outputs:
+            values[name] = outputs[port]
+            if port in SEMANTIC_PORTS:
+                semantic[port] = outputs[port]
+        for port, name in call.inputs:
+            if port in SEMANTIC_PORTS:
+                semantic.setdefault(port, inputs[port])

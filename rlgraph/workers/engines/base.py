@@ -1,0 +1,98 @@
+"""The rollout-engine seam: token ids in, token ids (and their log-probs) out; weights in; memory out and back.
+
+Modelled on SGLang's offline engine (`generate(input_ids=...)`, `update_weights_from_tensor`,
+`release_memory_occupation` / `resume_memory_occupation`). An engine knows nothing of datasets or of the
+`Rollout`: `rlgraph.workers.rollout` turns its output into one, the same way for every engine.
+
+This module imports neither torch nor transformers, so the registry and the capabilities stay cheap to read.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    name: str  # registry name, e.g. "hf"
+    max_tp: int  # tensor-parallel devices one replica can span (hf: 1)
+    kept_log_probs: bool  # can return each sampled token's log-prob (hf: True)
+    memory_fraction: bool  # honours the rollout's `memory_fraction` setting (hf: False)
+    release_memory: bool  # can free and re-take its device memory between generations
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick each next token. A temperature of 0 means greedy."""
+
+    max_new_tokens: int  # the most tokens a response may have
+    temperature: float = 1.0
+    top_p: float = 1.0  # nucleus mass; 1 = off
+    top_k: int = 0  # sample among the k likeliest tokens; 0 = all
+    greedy: bool = False  # argmax at every step (the other settings are then unused)
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"need max_new_tokens >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0 or not 0 <= self.top_p <= 1 or self.top_k < 0:
+            raise ValueError(f"need temperature >= 0, 0 <= top_p <= 1 and top_k >= 0, got temperature="
+                             f"{self.temperature}, top_p={self.top_p}, top_k={self.top_k}")
+        if self.temperature == 0:
+            object.__setattr__(self, "greedy", True)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """An engine's answer: one row per sample, the n samples of a prompt adjacent (p0 p0 p1 p1 ...).
+
+    A row holds the response tokens up to and including the first stop token, or `max_new_tokens` tokens
+    when none came; nothing after it (no padding)."""
+
+    token_ids: list[list[int]]
+    # log pi(token) of each sampled token under the weights that sampled it, at the sampling temperature,
+    # before any top-k / top-p truncation (verl's and TRL's old log-probs); rows as in token_ids
+    log_probs: list[list[float]] | None = None
+
+
+class Engine(ABC):
+    """A rollout engine. `rlgraph.workers.engines.ENGINES` names every one; adding one = a module + a line there.
+
+    Besides the methods, an engine has `tokenizer` (decodes the samples) and `pad_token_id`.
+    """
+
+    capabilities: ClassVar[EngineCapabilities]
+    tokenizer: Any
+    pad_token_id: int
+
+    @classmethod
+    @abstractmethod
+    def from_pretrained(cls, model_path: str, *, dtype: str, device: str | None,
+                        memory_fraction: float | None) -> Engine:
+        """An engine that owns its weights, loaded from a local HF folder (or `builtin:` model).
+
+        `memory_fraction`: the share of the device it may take (weights + KV cache), for engines whose
+        capabilities say they honour it; the others ignore it. None: the engine's own default."""
+
+    @abstractmethod
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, seed: int | None = None,
+                 with_log_probs: bool = False) -> Generation:
+        """`n` samples of every prompt. The same seed, weights and settings give the same tokens."""
+
+    @abstractmethod
+    def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Take (some of) the trainer's weights, by parameter name; names the model lacks are an error."""
+
+    @abstractmethod
+    def release_memory(self) -> None:
+        """Free the device memory the engine holds (weights, KV cache) so training can use it; `generate`
+        is an error until `resume_memory`. Weights loaded meanwhile are kept."""
+
+    @abstractmethod
+    def resume_memory(self) -> None:
+        """Take the device memory back after `release_memory`; a no-op when nothing was released."""

@@ -1,0 +1,165 @@
+"""The Hugging Face engine: `module.generate` with the KV cache on, on CPU or one GPU."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from rlgraph.workers.engines.base import Engine, EngineCapabilities, Generation, SamplingParams
+from rlgraph.workers.rollout import left_pad, mask_after_eos
+
+
+class HFEngine(Engine):
+    """Samples with `module.generate`.
+
+    It holds a reference to `module`, not a copy: built on the actor's module (the hybrid engine) it samples
+    from the actor's current weights, so the weight sync is free. Memory: HF keeps no KV cache between calls,
+    so `release_memory` has only the weights to free. On an engine that owns its module on an accelerator
+    (`from_pretrained`) it moves them to the CPU and back; on the CPU, or on a module it shares with the
+    trainer, it frees nothing (the trainer's weights are not the engine's to move). In every case `generate`
+    refuses to run between `release_memory` and `resume_memory`, so a caller that forgets shows up on CPU too.
+    """
+
+    capabilities = EngineCapabilities(name="hf", max_tp=1, kept_log_probs=True, memory_fraction=False,
+                                      release_memory=True)
+
+    def __init__(self, module: torch.nn.Module, tokenizer: Any, *, eos_token_id: int | list[int] | None = None,
+                 owns_module: bool = False) -> None:
+        self.module = module
+        self.tokenizer = tokenizer
+        self.owns_module = owns_module
+        self.synced = False  # set on a sharded (FSDP) module: every rank steps until all ranks are done
+        self.released = False
+        self.offloaded_from: torch.device | None = None  # where release_memory took the weights from
+        self.eos_token_ids = _eos_ids(module, tokenizer) if eos_token_id is None else _as_list(eos_token_id)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = pad if pad is not None else (self.eos_token_ids[0] if self.eos_token_ids else None)
+        if self.pad_token_id is None or not self.eos_token_ids:
+            raise ValueError("the tokenizer needs an eos token (and a pad token, or eos is used as pad)")
+
+    @classmethod
+    def from_pretrained(cls, model_path: str, *, dtype: str | torch.dtype = "float32", device: str | None = None,
+                        memory_fraction: float | None = None) -> HFEngine:
+        """`memory_fraction` is ignored: HF allocates the KV cache per call, as it goes."""
+        from rlgraph.workers.policy import as_dtype, default_device, load_causal_lm
+
+        module, tokenizer = load_causal_lm(model_path, as_dtype(dtype), default_device(device))
+        module.eval().requires_grad_(False)
+        return cls(module, tokenizer, owns_module=True)
+
+    # --- generation ---
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, seed: int | None = None,
+                 with_log_probs: bool = False) -> Generation:
+        """Log-probs come from the raw logits of generation divided by the temperature: what
+        `PolicyWorker.log_prob` would recompute from the same weights (to float32 rounding: KV-cached steps
+        vs one full pass), before any top-k / top-p truncation."""
+        from transformers import GenerationConfig
+
+        if self.released:
+            raise RuntimeError("the engine's memory is released; call resume_memory() before generate()")
+        max_new_tokens, greedy = sampling.max_new_tokens, sampling.greedy
+        device = next(self.module.parameters()).device
+        prompts, prompt_mask = left_pad(prompt_ids, self.pad_token_id)
+        # --- repeat each prompt n times, interleaved: p0 p0 p0 p1 p1 p1 ...
+        prompts = prompts.repeat_interleave(n, dim=0).to(device)  # (batch, P)
+        prompt_mask = prompt_mask.repeat_interleave(n, dim=0).to(device)  # (batch, P)
+
+        settings = {} if greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p,
+                                      "top_k": sampling.top_k}
+        config = GenerationConfig(
+            do_sample=not greedy,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=self.pad_token_id,
+            eos_token_id=self.eos_token_ids,
+            use_cache=True,
+            return_dict_in_generate=with_log_probs,
+            output_logits=with_log_probs,
+            **settings,
+        )
+        # HF fills every setting left unset from the model's own generation_config (a shipped
+        # repetition_penalty, say); a blank one there keeps the samples exactly on-policy.
+        was_training, model_defaults = self.module.training, getattr(self.module, "generation_config", None)
+        self.module.eval()
+        if model_defaults is not None:
+            self.module.generation_config = GenerationConfig()
+        try:
+            with _seeded(seed, device):
+                extra = {"synced_gpus": True} if self.synced else {}
+                output = self.module.generate(input_ids=prompts, attention_mask=prompt_mask, generation_config=config,
+                                              **extra)
+        finally:
+            self.module.train(was_training)
+            if model_defaults is not None:
+                self.module.generation_config = model_defaults
+
+        logits = None
+        if with_log_probs:
+            output, logits = output.sequences, output.logits  # logits: one (batch, vocab) per generated step
+        responses = output[:, prompts.shape[1] :][:, :max_new_tokens]  # (batch, <= R): HF stops when all rows did
+        lengths = mask_after_eos(responses, self.eos_token_ids).sum(dim=1).tolist()
+        token_ids = [row[:length] for row, length in zip(responses.tolist(), lengths)]
+
+        log_probs = None
+        if logits is not None:
+            steps = torch.stack(logits[:max_new_tokens], dim=1).float()  # (batch, generated, vocab)
+            if not greedy and sampling.temperature != 1.0:
+                steps = steps / sampling.temperature
+            taken = responses[:, : steps.shape[1]].to(steps.device)
+            picked = torch.log_softmax(steps, dim=-1).gather(-1, taken.unsqueeze(-1)).squeeze(-1)  # (batch, generated)
+            log_probs = [row[:length] for row, length in zip(picked.cpu().tolist(), lengths)]
+        return Generation(token_ids, log_probs)
+
+    # --- weights and memory ---
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:
+        state = dict(weights.items() if isinstance(weights, Mapping) else weights)
+        unknown = sorted(set(state) - set(self.module.state_dict()))
+        if unknown:
+            raise ValueError(f"the rollout model has no parameter named {', '.join(unknown[:5])}"
+                             f"{' ...' if len(unknown) > 5 else ''}: the weights come from another architecture")
+        self.module.load_state_dict(state, strict=False)
+
+    def release_memory(self) -> None:
+        device = next(self.module.parameters()).device
+        if self.owns_module and device.type != "cpu" and self.offloaded_from is None:
+            self.module.to("cpu")
+            self.offloaded_from = device
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        self.released = True
+
+    def resume_memory(self) -> None:
+        if self.offloaded_from is not None:
+            self.module.to(self.offloaded_from)
+            self.offloaded_from = None
+        self.released = False
+
+
+def _as_list(ids: int | list[int] | None) -> list[int]:
+    if ids is None:
+        return []
+    return [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
+
+
+def _eos_ids(module: torch.nn.Module, tokenizer: Any) -> list[int]:
+    """The tokenizer's EOS, then any other stop tokens the model ships (chat models end turns with one)."""
+    ids = _as_list(tokenizer.eos_token_id)
+    shipped = getattr(getattr(module, "generation_config", None), "eos_token_id", None)
+    return ids + [i for i in _as_list(shipped) if i not in ids]
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None, device: torch.device):
+    """Sample from a private RNG stream when a seed is given, leaving the global one untouched."""
+    if seed is None:
+        yield
+        return
+    on_cpu = device.type == "cpu"
+    with torch.random.fork_rng(devices=[] if on_cpu else [device], device_type="cuda" if on_cpu else device.type):
+        torch.manual_seed(seed)
+        yield

@@ -1,0 +1,100 @@
+"""The plan diff that guards a resume: keys as a user writes them, whole roles and calls as one line."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from rlgraph.compiler import compile_spec
+from rlgraph.plan.build import plan_spec
+from rlgraph.plan.diff import Change, diff_plans, flatten, plan_hash, render_diff
+
+from .helpers import REPO
+
+
+def plan_dict(spec: str, *overrides: str) -> dict:
+    plan, diagnostics = plan_spec(compile_spec(str(REPO / "specs" / spec), list(overrides)))
+    assert plan.ok, [d.to_json() for d in diagnostics]
+    return json.loads(plan.to_json())  # as a checkpoint's plan.json reads back
+
+
+@pytest.fixture(scope="module")
+def ppo() -> dict:
+    return plan_dict("ppo_arith.rl")
+
+
+def lines(old: dict, new: dict) -> list[str]:
+    return render_diff(diff_plans(old, new)).splitlines()
+
+
+def test_the_same_plan_has_no_changes_and_the_same_hash(ppo):
+    again = plan_dict("ppo_arith.rl")
+    again["spec"] = "runs/ppo_arith/spec/ppo_arith.rl"  # the copy in the run directory: the same run
+    assert diff_plans(ppo, again) == []
+    assert plan_hash(ppo) == plan_hash(again)
+
+
+def test_keys_are_those_a_user_writes(ppo):
+    flat = flatten(ppo)
+    assert flat["actor.optim.lr"] == 1e-4
+    assert flat["actor.replicas"] == 1 and flat["critic.colocate"] == "actor"
+    assert flat["step.actor.update.clip"] == 0.2
+    assert flat["step.gae.lam"] == 0.95
+    assert flat["data.batch_size"] == 32 and flat["train.seed"] == 0
+    assert flat["models.policy.path"] == "builtin:arith-gpt"
+    assert flat["pools.main.devices_per_node"] == 1
+    assert flat["rewards.exact"] == "rlgraph.tasks.arith:exact_match"
+    assert flat["sync actor -> rollout"] is True
+
+
+def test_an_override_shows_as_its_key_with_old_and_new_value(ppo):
+    changed = plan_dict("ppo_arith.rl", "actor.optim.lr=1e-3")
+    assert lines(ppo, changed) == ["actor.optim.lr: 0.0001 -> 0.001"]
+    assert plan_hash(ppo) != plan_hash(changed)
+
+
+def test_a_call_argument_shows_as_step_label_key(ppo, tmp_path):
+    text = (REPO / "specs" / "ppo_arith.rl").read_text()
+    (tmp_path / "ppo_arith.rl").write_text(text.replace("actor.update(clip = 0.2", "actor.update(clip = 0.3"))
+    plan, _ = plan_spec(compile_spec(str(tmp_path / "ppo_arith.rl")))
+    assert "step.actor.update.clip: 0.2 -> 0.3" in lines(ppo, json.loads(plan.to_json()))
+
+
+def test_only_changes_that_extend_or_observe_the_run_are_resume_safe(ppo):
+    longer = plan_dict("ppo_arith.rl", "train.steps=500", "train.validate_every=5", "data.val_batch_size=64")
+    assert [c.resume_safe for c in diff_plans(ppo, longer)] == [True, True, True]
+    other_data = plan_dict("ppo_arith.rl", "data.batch_size=16", "train.seed=1")
+    assert [(c.key, c.resume_safe) for c in diff_plans(ppo, other_data)] == [
+        ("data.batch_size", False), ("train.seed", False)]
+
+
+def test_grpo_against_ppo_names_roles_and_calls_added_and_removed(ppo):
+    got = lines(ppo, plan_dict("grpo_arith.rl"))
+    assert "- role critic" in got
+    assert "- step critic.update" in got and "- step gae" in got
+    assert "+ step grpo_advantage" in got
+    # the removed role's and calls' own keys are said by their one line
+    assert not any(line.startswith(("critic.", "step.critic.", "step.gae.")) for line in got)
+    assert got.index("- role critic") < got.index("rollout.n: 4 -> 8")  # structure first
+
+
+def test_reads_values_under_settings_or_the_older_config_and_kwargs(ppo):
+    older, newer = copy.deepcopy(ppo), copy.deepcopy(ppo)
+    for old, new in zip(older["roles"] + older["calls"], newer["roles"] + newer["calls"]):
+        key = "config" if "name" in old else "kwargs"
+        values = old.pop("settings", None) or old.get(key) or {}
+        old[key] = values
+        new.pop(key, None)
+        new["settings"] = copy.deepcopy(values)
+    assert diff_plans(older, newer) == []
+    older["roles"][0]["config"]["optim"]["lr"] = 3e-4
+    next(c for c in older["calls"] if c["label"] == "actor.update")["kwargs"]["epochs"] = 4
+    assert lines(older, newer) == ["actor.optim.lr: 0.0003 -> 0.0001", "step.actor.update.epochs: 4 -> 2"]
+
+
+def test_a_change_serialises_without_the_absent_side():
+    assert Change("role critic", True).to_json() == {"key": "role critic", "old": True}
+    assert Change("role critic", True).render() == "- role critic"
+    assert Change("actor.foo", new=1).render() == "actor.foo: (unset) -> 1"
