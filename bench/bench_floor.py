@@ -47,13 +47,19 @@ def floor_loop(spec: str, steps: int, overrides: list[str]) -> dict[str, Any]:
     from rlgraph.models import resolve_model_path
     from rlgraph.workers import CriticWorker, PolicyWorker, RuleReward
 
+    from rlgraph.compiler import compile_spec
+    from rlgraph.plan.build import build_plan
+
     work = step_work(spec, overrides)
+    # the workers and their calls take the Plan's own resolved settings, as the runtime's do
+    plan = build_plan(compile_spec(spec, overrides))
+    roles = {r.kind: r for r in plan.roles}
+    calls = {(c.role_kind, c.method): c.settings for c in plan.calls if c.kind == "role"}
     t0 = time.perf_counter()
     model = resolve_model_path(work.model)
-    a = work.actor
-    actor = PolicyWorker(model, trainable=True, seed=work.seed, **a["optim"], **a["loss"])
-    ref = PolicyWorker(model, trainable=False, seed=work.seed + 1000) if work.ref else None
-    critic = CriticWorker(model, seed=work.seed + 2000, **work.critic["optim"]) if work.critic else None
+    actor = PolicyWorker(model, roles["actor"].settings, seed=work.seed)
+    ref = PolicyWorker(model, roles["ref"].settings, seed=work.seed + 1000) if work.ref else None
+    critic = CriticWorker(model, roles["critic"].settings, seed=work.seed + 2000) if work.critic else None
     reward = RuleReward("rlgraph.tasks.arith:exact_match")
     dataset = RLDataset(load_rows(resolve_data_path(work.train)), actor.tokenizer, max_prompt_length=work.max_prompt_length)
     loader = make_dataloader(dataset, work.prompts, work.seed)
@@ -61,11 +67,7 @@ def floor_loop(spec: str, steps: int, overrides: list[str]) -> dict[str, Any]:
     estimator_kwargs = {k: v for k, v in work.estimator_kwargs.items() if k in inspect.signature(estimator).parameters}
     kl = FixedKLController(work.kl_in_reward["coef"]) if work.kl_in_reward else None
     load_s = time.perf_counter() - t0
-    sampling = {"temperature": work.temperature, "top_p": work.top_p, "top_k": work.top_k,
-                "max_new_tokens": work.max_new_tokens}
-    temperature = work.temperature if work.temperature > 0 else 1.0
     seeds = torch.Generator().manual_seed(work.seed)
-    mb = work.micro_batch
 
     rows: list[dict[str, float]] = []
     data = iter(loader)
@@ -77,8 +79,8 @@ def floor_loop(spec: str, steps: int, overrides: list[str]) -> dict[str, Any]:
         prompts = [dict(zip(batch, values)) for values in zip(*batch.values())]
         # --- gen
         t = clock()
-        rollout = actor.generate(prompts, work.n, seed=int(torch.randint(0, 2**62, (1,), generator=seeds)), **sampling,
-                                 with_log_probs=work.keep_sample_log_probs)
+        rollout = actor.generate(prompts, settings=calls["rollout", "generate"],
+                                 seed=int(torch.randint(0, 2**62, (1,), generator=seeds)))
         timing["gen"] = clock() - t
         # --- reward
         t = clock()
@@ -89,16 +91,16 @@ def floor_loop(spec: str, steps: int, overrides: list[str]) -> dict[str, Any]:
             old_log_prob = rollout.sample_log_probs
         else:
             t = clock()
-            old_log_prob = actor.log_prob(rollout, micro_batch_size=mb.get("actor"), temperature=temperature)
+            old_log_prob = actor.log_prob(rollout, settings=calls["actor", "log_prob"])
             timing["old_log_prob"] = clock() - t
         ref_log_prob = values = None
         if ref is not None:
             t = clock()
-            ref_log_prob = ref.log_prob(rollout, micro_batch_size=mb.get("ref"), temperature=temperature)
+            ref_log_prob = ref.log_prob(rollout, settings=calls["ref", "log_prob"])
             timing["ref"] = clock() - t
         if critic is not None:
             t = clock()
-            values = critic.values(rollout, micro_batch_size=mb.get("critic"))
+            values = critic.values(rollout, settings=calls["critic", "values"])
             timing["values"] = clock() - t
         # --- adv (the driver's transforms)
         t = clock()
@@ -114,16 +116,14 @@ def floor_loop(spec: str, steps: int, overrides: list[str]) -> dict[str, Any]:
         timing["adv"] = clock() - t
         # --- update_critic, update_actor
         if critic is not None:
-            c = work.critic
             t = clock()
-            critic.update(rollout, values, returns, epochs=c["epochs"], mini_batch_size=c["mini_batch"],
-                          micro_batch_size=mb.get("critic"), cliprange_value=c["clip"], loss_agg=c["loss_agg"],
+            critic.update(rollout, values, returns, settings=calls["critic", "update"],
                           shuffle_seed=int(torch.randint(0, 2**62, (1,), generator=seeds)))
             timing["update_critic"] = clock() - t
         t = clock()
-        extra = [ref_log_prob] if ref_log_prob is not None and a["loss"]["kl_loss_coef"] else []
-        actor.update(rollout, old_log_prob, advantages, *extra, epochs=a["epochs"], mini_batch_size=a["mini_batch"],
-                     micro_batch_size=mb.get("actor"), temperature=temperature,
+        update = calls["actor", "update"]
+        extra = [ref_log_prob] if ref_log_prob is not None and update.kl_coef else []
+        actor.update(rollout, old_log_prob, advantages, *extra, settings=update,
                      shuffle_seed=int(torch.randint(0, 2**62, (1,), generator=seeds)))
         timing["update_actor"] = clock() - t
         timing["step"] = clock() - start

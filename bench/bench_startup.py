@@ -102,12 +102,16 @@ def phases_worker(spec: str) -> dict[str, Any]:
             from rlgraph.models import resolve_model_path
             from rlgraph.workers import CriticWorker, PolicyWorker
 
+            from rlgraph.contract import settings as s
+
+            # what loading costs does not depend on the settings' values: the schema's defaults
+            optim = s.OptimSettings(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, grad_clip=1.0)
             path = resolve_model_path(model)
-            self.workers = [PolicyWorker(path, trainable=True)]
+            self.workers = [PolicyWorker(path, s.ActorSettings("float32", "ddp", None, 0.0, optim), seed=0)]
             if ref:
-                self.workers.append(PolicyWorker(path, trainable=False))
+                self.workers.append(PolicyWorker(path, s.RefSettings("float32", "ddp", None), seed=1000))
             if critic:
-                self.workers.append(CriticWorker(path))
+                self.workers.append(CriticWorker(path, s.CriticSettings("float32", "ddp", None, "value", optim), seed=2000))
             return time.perf_counter() - start
 
     try:

@@ -9,7 +9,8 @@ with the numbers of the spec (read off its Plan): prompts and samples per step, 
 rates, epochs, mini-batches, clip ranges, KL settings, temperature. Each trains for `--budget`
 seconds of wall time (start-up and evaluations not counted): TRL stops at the first step boundary
 past the budget; `rlgraph run` validates after every step and is stopped once a step has ended past
-the budget (SIGTERM, then SIGKILL to its process group: a background shell ignores SIGINT). Each
+the budget (SIGINT as Ctrl-C, with its default restored in case a background shell ignores it, then
+SIGKILL to its process group after a grace period: `common.run_rlgraph`). Each
 side's own records are then checked (`check_budget`): the result reported for the budget must be
 the step that crossed it and the run must have stopped there, else the bench fails (exit 1). The
 accuracy is greedy, `rlgraph.models.eval.greedy_accuracy` on the first `--val-rows` rows of
@@ -18,8 +19,8 @@ accuracy is greedy, `rlgraph.models.eval.greedy_accuracy` on the first `--val-ro
 Every trainer runs `--seeds` times (seeds spec + 0, 1, ...), TRL and rlgraph back to back per seed;
 the result has per-seed values, mean and range of the steps/s ratio and of each end accuracy, and a
 verdict is met or missed only when the difference exceeds the noise (`summarise`), else within noise.
-Time: one seed is about 8 min (5 trainers x (60 s + start-up + evaluations)); `--seeds 2`, the
-default, about 15 min, most of `make bench`'s ~23.
+Time: one seed is about 7.3 min (5 trainers x (60 s + start-up + evaluations)); `--seeds 2`, the
+default, about 14.5 min, most of `make bench`'s ~21.
 
 TRL lives in its own venv, `bench/.venv-trl` (made on first use: torch==2.13.0 first, then
 `-c constraints.txt -r bench/requirements-trl.txt`; TRL 1.12 for PPO is installed next to it with
@@ -396,7 +397,7 @@ def rlgraph_side(spec: str, budget_s: float, val_count: int, warmup: int, step_s
 
     The runtime's validation is greedy decoding (max_new_tokens of the spec) scored by the spec's
     reward, exact_match: the number greedy_accuracy gives. The run is given more steps than the budget
-    needs and stopped (`run_rlgraph`'s stop: SIGTERM, then SIGKILL) once a step has ended past the budget.
+    needs and stopped (`run_rlgraph`'s stop: SIGINT, then SIGKILL) once a step has ended past the budget.
     The end point is that step, the first at or past the budget, as TRL's is; the accuracy at a wall-time
     mark is that of the first step at or past the mark, as TRL's. `check_budget` then proves it from the records.
     """

@@ -262,7 +262,7 @@ class RunTrace:
         return next((t for t, line in self.lines if text in line), None)
 
 
-STOP_GRACE_S = 20.0  # after SIGTERM: Ray's handler exits the run and shuts Ray down; then SIGKILL
+STOP_GRACE_S = 20.0  # after SIGINT: the run stops as on Ctrl-C and shuts its Ray down; then SIGKILL
 
 
 def run_rlgraph(spec: str | Path, overrides: list[str], run_dir: str | Path, *, timeout_s: float = 900,
@@ -272,10 +272,12 @@ def run_rlgraph(spec: str | Path, overrides: list[str], run_dir: str | Path, *, 
     A watcher notes when each line of metrics.jsonl appears (polling every 10 ms), so start-up and
     per-step wall times are measured by the same clock as the command itself. With `stop`, the
     watcher calls it with the records so far and their times whenever a line appears, and stops the run once it
-    returns True: SIGTERM (the driver's Ray installs a handler that exits cleanly and shuts Ray down), then
-    SIGKILL to the run's process group if it is still there after STOP_GRACE_S. Not SIGINT: a shell running the
-    bench in the background starts it with SIGINT ignored, and the run never stopped. The run has a process
-    group of its own, so the SIGKILL takes every process it started, and nothing outlives the bench.
+    returns True: SIGINT, as Ctrl-C (the run stops cleanly, shuts its Ray down and exits 130), then SIGKILL to
+    the run's process group if it is still there after STOP_GRACE_S. A shell that runs the bench in the
+    background starts it with SIGINT ignored, and a child inherits that; the run is started with SIGINT's
+    default restored, and the SIGKILL does not depend on it anyway. (SIGTERM is no cleaner: Ray's handler
+    exits from inside `ray.get` and the process aborts.) The run has a process group of its own, so the SIGKILL
+    takes every process it started, and nothing outlives the bench.
     """
     run_dir = Path(run_dir)
     command = [*RLGRAPH, "run", str(spec), "--output", str(run_dir), "--no-resume"]
@@ -291,7 +293,7 @@ def run_rlgraph(spec: str | Path, overrides: list[str], run_dir: str | Path, *, 
     done = threading.Event()
     start = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, bufsize=1, start_new_session=True)
+                               text=True, bufsize=1, start_new_session=True, preexec_fn=_default_sigint)
 
     def watch() -> None:
         seen = 0
@@ -342,10 +344,14 @@ def run_rlgraph(spec: str | Path, overrides: list[str], run_dir: str | Path, *, 
     return trace
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # in the child, before exec: Python then maps it to Ctrl-C
+
+
 def terminate(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM to the run, SIGKILL to its whole process group if it has not exited after `grace_s`."""
+    """SIGINT to the run (Ctrl-C), SIGKILL to its whole process group if it has not exited after `grace_s`."""
     try:
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGINT)
         process.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         pass

@@ -79,6 +79,7 @@ def profile(spec: str, steps: int, warmup: int, run_dir: Path) -> dict[str, Any]
         start = time.perf_counter()
         result = run_original(self, step, prompts)
         current["driver.run"] = time.perf_counter() - start
+        current["in one process"] = float(self.local is not None)
         per_step.append(dict(current))
         return result
 
@@ -102,20 +103,29 @@ def profile(spec: str, steps: int, warmup: int, run_dir: Path) -> dict[str, Any]
     records = [r for r in result.records if r.get("training/global_step", 0) >= 1]
     rows = []
     for record, timers in list(zip(records, per_step))[warmup:]:
-        worker = sum(record.get(f"timing_s/{name}") or 0.0 for name in STAGES if name not in ("reward", "adv"))
-        row = {k: v for k, v in timers.items()}
+        local = bool(timers.get("in one process"))
+        # in one process the rewards and transforms run there too, and the whole step is one ray.get
+        worker = sum(record.get(f"timing_s/{name}") or 0.0 for name in STAGES
+                     if local or name not in ("reward", "adv"))
+        row = {k: v for k, v in timers.items() if k != "in one process"}
         row["step"] = record["timing_s/step"]
         row["worker compute"] = worker
-        row["ray latency"] = timers.get("wait", 0.0) - worker  # the worker computes only inside waits
+        # the worker computes only inside waits (in one process: inside the step's one call)
+        row["ray latency"] = (timers.get("collect", 0.0) if local else timers.get("wait", 0.0)) - worker
+        if local:
+            row["collect"] = 0.0
         row["loop"] = record["timing_s/step"] - timers["driver.run"]
         rows.append(row)
     keys = ["step", "worker compute", "ray latency", "launch", "driver calls", "wait", "collect", "batch metrics",
             "loop", "driver.run"]
     medians = {k: median([r.get(k, 0.0) for r in rows]) for k in keys}
     role_calls = sum(1 for c in plan.calls if c.kind == "role")
-    # Ray tasks: the runtime sends the role calls of one stage on one process as one task (StageBatch)
+    # Ray tasks: the runtime sends the role calls of one stage on one process as one task (StageBatch); a
+    # plan whose roles all live in one process runs each whole step there in one task
     tasks = sum(len({p.process for call_id in stage.calls if plan.call(call_id).kind == "role"
                      for p in plan.placements_of(plan.call(call_id).target)}) for stage in plan.schedule)
+    if per_step and per_step[-1].get("in one process"):
+        tasks = 1
     return {"spec": spec, "steps": len(rows), "medians_s": medians, "role_calls_per_step": role_calls,
             "ray_tasks_per_step": tasks, "stages": len(plan.schedule)}
 

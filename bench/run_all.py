@@ -11,8 +11,9 @@ folder whose files come from different runs. Everything in the doc from the GENE
 rewritten; the text above it is kept as it is. `--smoke` runs each script's 1-2-step smoke mode, writes
 bench/results/smoke_*.json and leaves the doc alone.
 
-Time on the 2-core machine: about 23 min in all, of which bench_trl (2 seeds x 5 trainers x 60 s of
-training, plus start-up and evaluations) is about 15 min and the rest about 7.
+Time on the 2-core machine, quiet: about 21 min in all, of which bench_trl (2 seeds x 5 trainers x 60 s
+of training, plus start-up and validation after every rlgraph step) is about 14.5 min, bench_scaleout
+about 1.3 and the rest about 5.5 (the last full run's per-script times, the doc's "The commands" table).
 """
 
 from __future__ import annotations
@@ -390,8 +391,9 @@ def render_trl(trl: dict) -> list[str]:
         "TRL: a callback stops training at the first whole step past the budget and evaluates with "
         "`rlgraph.models.eval.greedy_accuracy` at each mark (the clock paused meanwhile). rlgraph: `rlgraph run` with "
         "`-s data.val=` those rows, `-s train.validate_every=1` and `-s train.seed=`, stopped once a step has ended "
-        "past the budget (SIGTERM, on which the run's Ray exits cleanly, then SIGKILL to its process group after "
-        "20 s: no signal a background shell ignores); its validation is greedy decoding to the spec's "
+        "past the budget (SIGINT, as Ctrl-C, with its default disposition restored in the run so that a shell "
+        "running the bench in the background cannot leave it ignored, then SIGKILL to the run's process group if "
+        "it is still there after 20 s); its validation is greedy decoding to the spec's "
         "`max_new_tokens` scored by the same `exact_match`, the number `greedy_accuracy` gives, and training time "
         "is the time of each metrics line after the step-0 line less every validation until then. Steps per "
         "second = steps of the spec's work / training time. **Every side is checked from its own records**: the "
@@ -632,7 +634,7 @@ def render_scaleout(scaleout: dict) -> list[str]:
         f"{scaleout['batch_size'] * scaleout['n']} samples with `-s` overrides; step 1 is a warm-up and is left out; "
         "the figures are medians of `timing_s/step` and `timing_s/sync` over the other steps.")
     out.append("")
-    rows = [[name, ", ".join(f"`{o}`" if "=" in o else o for o in c.get("overrides", [])) or "–",
+    rows = [[name, ", ".join(f"`{o}`" if " " not in o else o for o in c.get("overrides", [])) or "–",
              f"{c['s_per_step']:.3f}", f"{c['samples_per_s']:.0f}", ms(c["sync_s"])] for name, c in configs.items()]
     rows.append(["GPU", "", "not measured: this machine has none", "", ""])
     out.append(table(["configuration", "overrides", "s/step", "samples/s", "`timing_s/sync`"], rows, "llrrr"))
@@ -641,7 +643,7 @@ def render_scaleout(scaleout: dict) -> list[str]:
     fsdp, own = configs.get("fsdp2 (colocated)"), configs.get("dp1, rollout on its own pool")
     if one and two and fsdp and own:
         out.append(
-            f"On {scaleout['cpus']} cores and a 0.27M-parameter model a step is mostly fixed costs (Ray calls, splitting "
+            f"On {scaleout['cpus']} cores and the tiny built-in model a step is mostly fixed costs (Ray calls, splitting "
             "and joining batches on the driver, the gloo all-reduce of every optimizer step) that a second replica "
             f"adds to rather than shares: 2 data-parallel replicas take {two['s_per_step'] / one['s_per_step']:.2f}× "
             f"the step of 1. fsdp takes {fsdp['s_per_step'] / one['s_per_step']:.2f}×: every block is all-gathered "

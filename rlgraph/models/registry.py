@@ -51,6 +51,19 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         recipe="rlgraph.models.build_arith_gpt",
         about="tiny rotary GPT that adds two-digit numbers 43.8% of the time, greedy (policy for builtin:arith)",
     ),
+    "arith-rm": BuiltinModel(
+        folder="arith-rm",
+        sha256={
+            "model.safetensors": "474e4749f152a61a61f36c78bfcf1299c6ad25ade7fbe2343b7b2d7fc38eed85",
+            "config.json": "47abdc834af68860cf00cb942eaa6399d1d35c4dc81f47032ac84aa961ea05d7",
+            "tokenizer.json": "7dee99112ca753cbe50b6dcb950bd7cd42249468df5b4369b9ed36581f9765b0",
+            "tokenizer_config.json": "b3b96f2301118c9022725b822795f2550c8ed2c9f6b60463073ef3435c3c2c24",
+            "rlgraph_build.json": "77ed9f4fe54868a95d7256fb064158a77b585616ed951cd90a3713dd9000dbfa",
+        },
+        recipe="rlgraph.models.build_arith_rm",
+        about="reward model for builtin:arith: a sequence classifier scoring 1 for a right sum, 0 for a wrong one "
+              "(0.956 accuracy on answers to held-out prompts; made from builtin:arith-gpt)",
+    ),
 }
 
 

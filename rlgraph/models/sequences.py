@@ -2,8 +2,8 @@
 padding (as generation needs), rotary positions that skip it, and a sequence classifier's score read
 at the last real token.
 
-Here rather than in rlgraph.workers because the models layer sits below the workers: the build
-scripts use them too, and models never import workers.
+They live in the models layer, below the workers, because the build scripts use them too and models
+never import workers.
 """
 
 from __future__ import annotations

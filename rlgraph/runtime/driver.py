@@ -177,7 +177,7 @@ class StepDriver:
         try:
             with ray_errors(self.lowered.actor_names):
                 ray.get(processes[0].prepare_local_step.remote(self.plan, rewards))
-        except RunError:
+        except (RunError, ray.exceptions.RayError):  # e.g. a reward module only the driver's path has
             return False
         self.local = processes[0]
         return True

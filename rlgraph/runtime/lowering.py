@@ -12,6 +12,7 @@ node, and every wait has a timeout whose error names the pool, the node and what
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,8 +37,9 @@ class ProcessPlacement:
     process: str
     pool: str
     node: int
-    bundle: int  # the device index on the node
+    bundle: int  # its bundle in the node's placement group (the device index when every process has one device)
     hosted: tuple[tuple[str, int], ...]  # (role, replica)
+    devices: tuple[int, ...] = ()  # the devices it owns on the node: a tp group owns tp of them
 
 
 @dataclass
@@ -71,11 +73,37 @@ class Lowered:
 
 
 def process_placements(plan: Plan) -> dict[str, ProcessPlacement]:
+    """Each process's node and devices: those of the role whose process it is (`<root role>/<replica>`; the
+    roles colocated with it share them), and its bundle in the node's placement group (`node_bundles`)."""
     out = {}
     for process, rows in plan.processes().items():
-        first = rows[0]
-        out[process] = ProcessPlacement(process, first.pool, first.node, first.device,
-                                        tuple((p.role, p.replica) for p in rows))
+        root = next((p for p in rows if process == f"{p.role}/{p.replica}"), rows[0])
+        out[process] = ProcessPlacement(process, root.pool, root.node, -1, tuple((p.role, p.replica) for p in rows),
+                                        tuple(root.devices) or (root.device,))
+    for (pool, node), bundles in _bundle_layouts(plan, out).items():
+        for process, index in bundles[1].items():
+            out[process] = dataclasses.replace(out[process], bundle=index)
+    return out
+
+
+def _bundle_layouts(plan: Plan, where: dict[str, ProcessPlacement]) -> dict[tuple[str, int], tuple[list[int], dict]]:
+    """(pool, node) -> (devices per bundle, process -> bundle index). A process owns one bundle holding all
+    its devices (Ray gives an actor the resources of one bundle), devices no process uses get one each;
+    bundles follow the devices' order, so with one device per process bundle i is device i."""
+    pools = {p.name: p for p in plan.pools}
+    out: dict[tuple[str, int], tuple[list[int], dict]] = {}
+    for key in sorted({(w.pool, w.node) for w in where.values()}):
+        owner = {d: w.process for w in where.values() if (w.pool, w.node) == key for d in w.devices}
+        sizes: list[int] = []
+        index: dict[str, int] = {}
+        for device in range(pools[key[0]].devices_per_node):
+            process = owner.get(device)
+            if process is None:
+                sizes.append(1)
+            elif process not in index:
+                index[process] = len(sizes)
+                sizes.append(len(where[process].devices))
+        out[key] = (sizes, index)
     return out
 
 
@@ -101,8 +129,9 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
     targets = target_nodes(pools, used)
     for pool_name, node in used:
         pool = pools[pool_name]
+        sizes = _bundle_layouts(plan, where)[(pool_name, node)][0]
         lowered.placement_groups[(pool_name, node)] = placement_group(
-            [bundle_of(pool)] * pool.devices_per_node, strategy="STRICT_PACK",
+            [{k: v * size for k, v in bundle_of(pool).items()} for size in sizes], strategy="STRICT_PACK",
             _soft_target_node_id=targets.get((pool_name, node)),
         )
     for (pool_name, node), pg in lowered.placement_groups.items():
@@ -120,20 +149,21 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
     lowered.seconds["placement"] = time.perf_counter() - clock
     clock = time.perf_counter()
 
-    # --- start: one DeviceProcess per device, pinned to its bundle
+    # --- start: one DeviceProcess per device (per tp group), pinned to its bundle
     remote = ray.remote(process_class)
     for process, w in where.items():
         pool = pools[w.pool]
+        owned = len(w.devices)
         options = {
-            "num_cpus": 1,
-            "num_gpus": 1 if pool.device == "gpu" else 0,
+            "num_cpus": owned,
+            "num_gpus": owned if pool.device == "gpu" else 0,
             "max_restarts": 0,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(
                 lowered.placement_groups[(w.pool, w.node)], placement_group_bundle_index=w.bundle,
             ),
         }
         hosted = [HostedRole(specs[role], replica) for role, replica in w.hosted]
-        num_threads = int(bundle_of(pool)["CPU"])  # torch threads = the CPUs the bundle reserves
+        num_threads = int(bundle_of(pool)["CPU"]) * owned  # torch threads = the CPUs the bundle reserves
         handle = remote.options(**options).remote(process, w.node, hosted, num_threads, w.bundle)
         lowered.processes[process] = handle
         roles = ", ".join(f"`{role}` replica {replica}" for role, replica in w.hosted)

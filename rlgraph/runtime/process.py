@@ -215,7 +215,8 @@ def _ray_placement() -> dict[str, Any]:
     import ray
 
     context = ray.get_runtime_context()
-    return {"node_id": context.get_node_id(), "placement_group": context.get_placement_group_id()}
+    return {"node_id": context.get_node_id(), "placement_group": context.get_placement_group_id(),
+            "resources": context.get_assigned_resources()}
 
 
 # --- RNG state as plain data (torch.load(weights_only=True) reads it back) ---

@@ -59,7 +59,7 @@ class Rollout:
     loss_mask: torch.Tensor  # (batch, R) long, 1 on the response tokens trained on
     token_source: torch.Tensor  # (batch, R) int8 TokenSource of each response column
     reward_index: torch.Tensor  # (batch,) long, the response column the sample's reward sits on
-    policy_version: torch.Tensor  # (batch,) long, the training step whose weights sampled the row
+    policy_version: torch.Tensor  # (batch,) long, the version of the weights that sampled the row (their updates)
     uid: list[int]  # group id of each row: the prompt's index in the generate call (+ uid_offset)
     data_source: list[str]
     ground_truth: list[Any]
@@ -178,7 +178,8 @@ class Rollout:
             elsewhere (one model turn). The response half of the attention mask is `token_source != PAD`.
         reward_index: (batch,) the column each sample's reward sits on. Default: its last loss-mask column
             (0 for a row without one).
-        policy_version: the training step whose weights sampled the rows: one int, or (batch,).
+        policy_version: the version of the weights that sampled the rows (how many updates they had): one int,
+            or (batch,).
         """
         if token_source is None:
             if response_mask is None:

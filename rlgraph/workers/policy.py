@@ -201,14 +201,14 @@ class PolicyWorker:
         from rlgraph.workers import fsdp
 
         if self.optim is None:
-            raise RuntimeError("a PolicyWorker built with trainable=False has no optimizer")
+            raise RuntimeError("a PolicyWorker built with RefSettings (a reference policy) has no optimizer")
         return fsdp.optimizer_state(self.module, self.optim) if self.sharded else self.optim.state_dict()
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         from rlgraph.workers import fsdp
 
         if self.optim is None:
-            raise RuntimeError("a PolicyWorker built with trainable=False has no optimizer")
+            raise RuntimeError("a PolicyWorker built with RefSettings (a reference policy) has no optimizer")
         if self.sharded:
             fsdp.load_optimizer_state(self.module, self.optim, state)
         else:

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import torch
 
 from rlgraph.contract.settings import GenerateSettings, RolloutSettings
+from rlgraph.models.sequences import left_pad
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.engines import Engine, EngineCapabilities, Generation, SamplingParams, engine_class
 
@@ -130,18 +131,6 @@ def build_rollout(items: Sequence[dict], n: int, generation: Generation, tokeniz
             list(itertools.chain.from_iterable(generation.log_probs)), dtype=torch.float32)
         rollout.sample_log_probs = sample_log_probs
     return rollout
-
-
-def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token lists -> (ids, mask), both (batch, longest), padded on the left."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        if len(seq):
-            ids[row, width - len(seq) :] = torch.as_tensor(list(seq), dtype=torch.long)
-            mask[row, width - len(seq) :] = 1
-    return ids, mask
 
 
 def mask_after_eos(responses: torch.Tensor, eos_token_id: int | list[int]) -> torch.Tensor:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
-import pytest
 import torch
 
 from rlgraph.models.build_arith_rm import Recipe, _near_misses, build_arith_rm
@@ -29,24 +27,20 @@ def test_the_shipped_model_tells_right_sums_from_near_misses_on_held_out_prompts
     path = resolve_model_path("builtin:arith-rm")
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForSequenceClassification.from_pretrained(path).eval()
-    report = json.loads((Path(path) / "rlgraph_build.json").read_text())
     rng = random.Random(0)
-    sequences, right = [], []
-    for row in arith.make_rows("val")[:200]:
+    sequences = []
+    for row in arith.make_rows("val"):  # prompts it never trained on
         prompt, answer = tokenizer(row["prompt"])["input_ids"], row["reward_model"]["ground_truth"]
-        for text in [answer, *_near_misses(answer, 1, rng)]:
+        for text in [answer, *_near_misses(answer, 1, rng)]:  # (right, wrong) pairs
             sequences.append(prompt + tokenizer(text)["input_ids"] + [tokenizer.eos_token_id])
-            right.append(text == answer)
     input_ids, attention_mask = left_pad(sequences, tokenizer.pad_token_id)
     with torch.no_grad():
         scores = last_token_scores(model, input_ids, attention_mask, position_ids_from_mask(attention_mask))
-    hits = [(score > 0.5) == is_right for score, is_right in zip(scores.tolist(), right)]
-    accuracy_right = sum(h for h, r in zip(hits, right) if r) / right.count(True)
-    accuracy_wrong = sum(h for h, r in zip(hits, right) if not r) / right.count(False)
-    # the build measured these on the same kinds of answers (all 500 val prompts, two near misses each)
-    assert accuracy_right == pytest.approx(report["heldout"]["accuracy_right"], abs=0.05)
-    assert accuracy_wrong == pytest.approx(report["heldout"]["accuracy_near_miss"], abs=0.05)
-    assert accuracy_wrong >= 0.9
+    right, wrong = scores.view(-1, 2).unbind(1)  # (500,) each
+    # measured on the shipped bytes: 0.854, 0.968, 0.960 (an untrained score head: 0.0, 1.0, 0.0)
+    assert (right > 0.5).float().mean() >= 0.83  # pays a right answer
+    assert (wrong < 0.5).float().mean() >= 0.95  # does not pay a near miss
+    assert (right > wrong).float().mean() >= 0.93  # pays the right answer more than its near miss
 
 
 def test_near_misses_are_wrong_and_close():

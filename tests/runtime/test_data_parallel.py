@@ -19,21 +19,24 @@ def ppo_plan(replicas: int):
                           f"data.batch_size={BATCH}")
 
 
-def seq_mean(started: Started) -> Started:
-    """The actor's loss as a mean over sequences: a per-replica mean of equal-sized chunks, averaged over the
-    replicas, is then the global mean exactly. (token-mean weighs a replica's tokens by its own token count;
-    see docs/runtime.md, Replicas.)"""
-    spec = started.specs["actor"]
-    started.specs["actor"] = dataclasses.replace(spec, kwargs={**spec.kwargs, "loss_agg": "seq-mean-token-mean"})
-    return started
+def update_settings(started: Started, role: str):
+    """The plan's update settings, over the whole batch in one mini-batch, with the loss as a mean over
+    sequences: a per-replica mean of equal-sized chunks, averaged over the replicas, is then the global mean
+    exactly. (token-mean weighs a replica's tokens by its own token count; see docs/runtime.md, Replicas.)"""
+    return dataclasses.replace(started.plan.call(f"{role}.update").settings, epochs=2, mini_batch_size=None,
+                               micro_batch=None, loss_agg="seq-mean-token-mean")
+
+
+def calls(started: Started, role: str, method: str):
+    return started.plan.call(f"{role}.{method}").settings
 
 
 def one_update(started: Started, rollout, old_log_prob, values, advantages, returns):
     groups = started.lowered.groups
-    common = {"epochs": 2, "mini_batch_size": None, "micro_batch_size": None, "shuffle": False}
-    actor = groups["actor"].call("update", rollout, old_log_prob, advantages, **common, temperature=1.0)
-    critic = groups["critic"].call("update", rollout, values, returns, **common, cliprange_value=0.5,
-                                   loss_agg="seq-mean-token-mean")
+    actor = groups["actor"].call("update", rollout, old_log_prob, advantages,
+                                 settings=update_settings(started, "actor"), shuffle=False)
+    critic = groups["critic"].call("update", rollout, values, returns, settings=update_settings(started, "critic"),
+                                   shuffle=False)
     metrics = {**_value(actor.result()), **_value(critic.result())}
     states = {role: [ray.get(m.handle.call.remote(role, "state_dict"))[0] for m in groups[role].members]
               for role in ("actor", "critic")}
@@ -45,7 +48,7 @@ def _value(x):
 
 
 def test_two_replicas_make_the_same_ppo_update_as_one(ray_session, arith_model):
-    with seq_mean(Started(ppo_plan(1))) as single, seq_mean(Started(ppo_plan(2))) as double:
+    with Started(ppo_plan(1)) as single, Started(ppo_plan(2)) as double:
         # --- the group: gloo on cpu, rank = replica, world size 2, rendezvous on rank 0's node
         infos = ray.get([m.handle.data_parallel_info.remote() for m in double.lowered.groups["actor"].members])
         assert [i["rank"] for i in infos] == [0, 1] and {i["world_size"] for i in infos} == {2}
@@ -57,15 +60,19 @@ def test_two_replicas_make_the_same_ppo_update_as_one(ray_session, arith_model):
         # --- one global batch, made once
         prompts = [single.prepared.train[i] for i in range(BATCH)]
         group = single.lowered.groups["rollout"]
-        rollout = ray.get(group.call("generate", prompts, 4, seed=1, max_new_tokens=4).result())
-        old_log_prob = ray.get(single.lowered.groups["actor"].call("log_prob", rollout).result())
-        values = ray.get(single.lowered.groups["critic"].call("values", rollout).result())
+        rollout = ray.get(group.call("generate", prompts, settings=calls(single, "rollout", "generate"),
+                                     seed=1).result())
+        old_log_prob = ray.get(single.lowered.groups["actor"].call(
+            "log_prob", rollout, settings=calls(single, "actor", "log_prob")).result())
+        values = ray.get(single.lowered.groups["critic"].call(
+            "values", rollout, settings=calls(single, "critic", "values")).result())
         g = torch.Generator().manual_seed(0)
         advantages = torch.randn(old_log_prob.shape, generator=g)
         returns = values + torch.randn(values.shape, generator=g)
 
         # log_prob and values split across replicas and joined in order are the same tensors
-        split = double.lowered.groups["actor"].call("log_prob", rollout).result()
+        split = double.lowered.groups["actor"].call("log_prob", rollout,
+                                                    settings=calls(double, "actor", "log_prob")).result()
         assert torch.allclose(split, old_log_prob, atol=1e-6)
 
         m1, s1 = one_update(single, rollout, old_log_prob, values, advantages, returns)
@@ -91,7 +98,7 @@ def test_fsdp_two_replicas_shard_and_make_the_same_ppo_update_as_one(ray_session
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    with seq_mean(Started(ppo_plan(1))) as single, seq_mean(Started(fsdp_plan(2))) as sharded:
+    with Started(ppo_plan(1)) as single, Started(fsdp_plan(2)) as sharded:
         actor = sharded.lowered.groups["actor"]
         assert actor.sharded and sharded.lowered.groups["rollout"].sharded and sharded.lowered.groups["ref"].sharded
         sharded_flags = ray.get([m.handle.call.remote("actor", "__getattribute__", "sharded") for m in actor.members])
@@ -100,33 +107,39 @@ def test_fsdp_two_replicas_shard_and_make_the_same_ppo_update_as_one(ray_session
         # --- generation on sharded weights: each rank its own prompts; ranks whose rows end early keep stepping
         prompts = [single.prepared.train[i] for i in range(BATCH)]
         half = BATCH // 2
-        per_replica = [((prompts[:half], 4), {"seed": 1, "max_new_tokens": 4}),
-                       ((prompts[half:], 4), {"seed": 2, "max_new_tokens": 4})]
+        generate = calls(sharded, "rollout", "generate")  # n = 4, max_new_tokens = 4
+        per_replica = [((prompts[:half],), {"settings": generate, "seed": 1}),
+                       ((prompts[half:],), {"settings": generate, "seed": 2})]
         generated = sharded.lowered.groups["rollout"].call_each("generate", per_replica).result()
         assert len(generated) == BATCH * 4
         # validation's dispatch `one` reaches both ranks of a sharded group and returns rank 0's answer
-        greedy = ray.get(sharded.lowered.groups["rollout"].one("generate", prompts, 1, do_sample=False,
-                                                                 max_new_tokens=4, seed=0).result())
-        greedy_one = ray.get(single.lowered.groups["rollout"].one("generate", prompts, 1, do_sample=False,
-                                                                   max_new_tokens=4, seed=0).result())
+        greedy_settings = dataclasses.replace(generate, n=1, temperature=0.0)
+        greedy = ray.get(sharded.lowered.groups["rollout"].one("generate", prompts, settings=greedy_settings,
+                                                                 seed=0).result())
+        greedy_one = ray.get(single.lowered.groups["rollout"].one("generate", prompts, settings=greedy_settings,
+                                                                   seed=0).result())
         assert torch.equal(greedy.responses, greedy_one.responses)
 
-        rollout = ray.get(single.lowered.groups["rollout"].call("generate", prompts, 4, seed=1,
-                                                                max_new_tokens=4).result())
-        old_log_prob = ray.get(single.lowered.groups["actor"].call("log_prob", rollout).result())
-        values = ray.get(single.lowered.groups["critic"].call("values", rollout).result())
-        assert torch.allclose(actor.call("log_prob", rollout).result(), old_log_prob, atol=1e-5)
+        rollout = ray.get(single.lowered.groups["rollout"].call("generate", prompts, settings=generate,
+                                                                seed=1).result())
+        log_prob_settings = calls(single, "actor", "log_prob")
+        old_log_prob = ray.get(single.lowered.groups["actor"].call("log_prob", rollout,
+                                                                   settings=log_prob_settings).result())
+        values = ray.get(single.lowered.groups["critic"].call(
+            "values", rollout, settings=calls(single, "critic", "values")).result())
+        assert torch.allclose(actor.call("log_prob", rollout, settings=log_prob_settings).result(), old_log_prob,
+                              atol=1e-5)
         g = torch.Generator().manual_seed(0)
         advantages = torch.randn(old_log_prob.shape, generator=g)
         returns = values + torch.randn(values.shape, generator=g)
 
-        common = {"epochs": 2, "mini_batch_size": None, "micro_batch_size": None, "shuffle": False}
         updates = {}
         for started in (single, sharded):
             groups = started.lowered.groups
-            a = groups["actor"].call("update", rollout, old_log_prob, advantages, **common, temperature=1.0)
-            c = groups["critic"].call("update", rollout, values, returns, **common, cliprange_value=0.5,
-                                      loss_agg="seq-mean-token-mean")
+            a = groups["actor"].call("update", rollout, old_log_prob, advantages,
+                                     settings=update_settings(started, "actor"), shuffle=False)
+            c = groups["critic"].call("update", rollout, values, returns, settings=update_settings(started, "critic"),
+                                      shuffle=False)
             metrics = {**_value(a.result()), **_value(c.result())}
             # dispatch `one` on the sharded group gathers the whole weights onto rank 0
             weights = {role: _value(groups[role].one("state_dict").result()) for role in ("actor", "critic")}

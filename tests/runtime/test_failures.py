@@ -4,6 +4,7 @@ actor and placement group released; the last checkpoint intact."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -36,7 +37,7 @@ def test_a_replica_that_raises_stops_the_run_and_keeps_the_last_checkpoint(ray_s
     from rlgraph.runtime.loop import Trainer
 
     plan = grpo_plan(actor_replicas=2, steps=3)
-    plan.train["checkpoint_every"] = 1
+    plan.train = dataclasses.replace(plan.train, checkpoint_every=1)
     with pytest.raises(WorkerError) as caught, Started(plan, process_class=FaultyDeviceProcess) as started:
         replica1 = started.lowered.process_of("actor", 1)
         ray.get(replica1.set_fault.remote("actor", "update", 1))  # step 1 updates, step 2 raises on replica 1

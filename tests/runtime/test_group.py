@@ -35,20 +35,22 @@ def test_a_stage_batch_sends_the_calls_of_one_process_as_one_task(ray_session, a
     with Started(plan_from_spec(SPECS / "ppo_arith.rl", "data.batch_size=16")) as started:
         groups = started.lowered.groups
         prompts = [started.prepared.train[i] for i in range(16)]
-        rollout = groups["rollout"].call("generate", prompts, 4, seed=1, max_new_tokens=4).result()
-        alone = [ray.get(groups[role].call(method, rollout).result())
-                 for role, method in (("actor", "log_prob"), ("ref", "log_prob"), ("critic", "values"))]
+        settings = {call.label: call.settings for call in started.plan.calls}
+        rollout = groups["rollout"].call("generate", prompts, settings=settings["rollout.generate"], seed=1).result()
+        calls = (("actor", "log_prob"), ("ref", "log_prob"), ("critic", "values"))
+        alone = [ray.get(groups[role].call(method, rollout, settings=settings[f"{role}.{method}"]).result())
+                 for role, method in calls]
         with StageBatch():
-            pendings = [groups[role].call(method, rollout)
-                        for role, method in (("actor", "log_prob"), ("ref", "log_prob"), ("critic", "values"))]
+            pendings = [groups[role].call(method, rollout, settings=settings[f"{role}.{method}"])
+                        for role, method in calls]
         assert len({p.results[0].task_id() for p in pendings}) == 1
         for pending, expected in zip(pendings, alone):
             assert torch.equal(ray.get(pending.result()), expected) and pending.seconds() > 0
 
         # a failing call in the batch is reported as that call's failure
         with StageBatch():
-            ok = groups["ref"].call("log_prob", rollout)
-            bad = groups["critic"].call("values", "not a rollout")
+            ok = groups["ref"].call("log_prob", rollout, settings=settings["ref.log_prob"])
+            bad = groups["critic"].call("values", "not a rollout", settings=settings["critic.values"])
         with pytest.raises(ray.exceptions.RayTaskError) as info:
             ray.get(bad.times)
         assert isinstance(info.value.cause, WorkerError) and info.value.cause.role == "critic"

@@ -2,23 +2,63 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
+import ray
 
+from rlgraph.contract import settings as s
 from rlgraph.plan.model import Placement, Plan, PoolPlan, RolePlan
 from rlgraph.runtime.errors import PlacementError
-from rlgraph.runtime.lowering import Lowered, lower
+from rlgraph.runtime.lowering import Lowered, lower, process_placements
 from rlgraph.runtime.roles import worker_specs
+
+from .plans import REF, ROLLOUT, grpo_plan
+
+TRAIN = s.TrainSettings(steps=1, seed=0, validate_every=0, val_samples=1, checkpoint_every=0, keep_checkpoints=1)
 
 
 def plan_with(devices: int) -> Plan:
     return Plan(
         spec="<test>",
         pools=[PoolPlan("big", 1, devices, "cpu", None)],
-        roles=[RolePlan("ref", "ref", "policy", "/m", devices, 1, None, {})],
+        roles=[RolePlan("ref", "ref", "policy", "/m", "big", devices, 1, None, REF)],
         placements=[Placement("ref", i, "big", 0, i, [i], f"ref/{i}") for i in range(devices)],
+        train=TRAIN,
     )
+
+
+def tp_plan(model_path: str) -> Plan:
+    """A rollout on its own 3-device pool: one replica as a tp group of devices 0-1, device 2 unused."""
+    return Plan(
+        spec="<test>",
+        pools=[PoolPlan("gen", 1, 3, "cpu", None)],
+        roles=[RolePlan("rollout", "rollout", "policy", model_path, "gen", 1, 2, None,
+                        dataclasses.replace(ROLLOUT, tp=2))],
+        placements=[Placement("rollout", 0, "gen", 0, 0, [0, 1], "rollout/0")],
+        train=TRAIN,
+    )
+
+
+def test_every_process_owns_one_bundle_with_all_its_devices():
+    # one device per process: bundle i is device i (the hybrid engine's colocated roles share it)
+    where = process_placements(grpo_plan(actor_replicas=2))
+    assert {p: (w.bundle, w.devices) for p, w in where.items()} == {"actor/0": (0, (0,)), "actor/1": (1, (1,))}
+    tp = process_placements(tp_plan("/m"))["rollout/0"]
+    assert (tp.bundle, tp.devices) == (0, (0, 1))
+
+
+def test_a_tp_group_is_one_process_that_holds_its_devices(ray_session, arith_model):
+    plan = tp_plan(arith_model)
+    lowered = Lowered()
+    try:
+        lower(plan, worker_specs(plan, {"rollout": arith_model}), lowered, timeout_s=60)
+        where = ray.get(lowered.processes["rollout/0"].where.remote())
+        assert where["resources"].get("CPU") == 2.0  # both devices of the tp group, in one bundle
+        assert len(lowered.processes) == 1
+    finally:
+        lowered.shutdown()
 
 
 def test_a_pool_larger_than_any_node_fails_at_once(ray_session):

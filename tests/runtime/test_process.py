@@ -25,17 +25,19 @@ def test_colocated_rollout_is_the_actor_itself(process):
 
 def test_call_returns_the_result_and_its_time(process):
     items = [{"input_ids": process.workers["actor"].tokenizer("12+34=")["input_ids"], "ground_truth": "46"}]
-    rollout, seconds = process.call("rollout", "generate", items, 2, max_new_tokens=4, seed=3)
-    again, _ = process.call("rollout", "generate", items, 2, max_new_tokens=4, seed=3)
+    plan = grpo_plan()  # generate: n = 2, max_new_tokens = 4
+    generate = plan.call("rollout.generate").settings
+    rollout, seconds = process.call("rollout", "generate", items, settings=generate, seed=3)
+    again, _ = process.call("rollout", "generate", items, settings=generate, seed=3)
     assert len(rollout) == 2 and seconds > 0
     assert torch.equal(rollout.responses, again.responses)  # a seed makes sampling repeatable
-    log_prob, _ = process.call("ref", "log_prob", rollout)
+    log_prob, _ = process.call("ref", "log_prob", rollout, settings=plan.call("ref.log_prob").settings)
     assert log_prob.shape == rollout.responses.shape
 
 
 def test_an_exception_in_a_worker_names_role_replica_node_and_keeps_its_traceback(process):
     with pytest.raises(WorkerError) as info:
-        process.call("actor", "log_prob", "not a rollout")
+        process.call("actor", "log_prob", "not a rollout", settings=grpo_plan().call("actor.log_prob").settings)
     err = info.value
     assert (err.role, err.replica, err.process) == ("actor", 0, "actor/0")
     text = str(err)

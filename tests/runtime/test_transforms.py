@@ -1,6 +1,7 @@
 import torch
 
 from rlgraph.algos import apply_kl_penalty, gae, grpo_advantage
+from rlgraph.contract.settings import GaeSettings, GrpoSettings, KlPenaltySettings
 from rlgraph.plan.model import CallPlan
 from rlgraph.runtime.transforms import DriverCalls
 from .plans import grpo_plan
@@ -22,7 +23,8 @@ def test_adaptive_kl_coefficient_moves_and_is_checkpointed():
     plan = grpo_plan()
     plan.calls.append(CallPlan("kl_penalty", "kl_penalty", "transform", "kl_penalty", None, None,
                                [["scores", "s"], ["log_prob", "l"], ["ref_log_prob", "r"]], [["rewards", "rw"]],
-                               {"kind": "k1", "coef": 0.1, "target": 0.01, "horizon": 100}, 3))
+                               {"kind": "k1", "coef": 0.1, "target": 0.01, "horizon": 100}, 3,
+                               KlPenaltySettings(kind="k1", coef=0.1, target=0.01, horizon=100)))
     calls = DriverCalls(plan, {})
     rollout = _rollout()
     scores, log_prob, ref = torch.zeros(2, 3), torch.zeros(2, 3), torch.full((2, 3), -1.0)
@@ -49,7 +51,6 @@ def test_gae_and_grpo_skip_the_tokens_an_environment_inserted():
     tokens change nothing, and the model's tokens get what the same rows without them would get."""
     from types import SimpleNamespace
 
-    from rlgraph.contract.settings import GaeSettings, GrpoSettings
     from rlgraph.workers.batch import TokenSource
 
     from tests.workers.test_batch import make_multi_turn

@@ -41,7 +41,8 @@ def make_items(prompts: list[str], tokenizer, answers: list[str] | None = None) 
 
 # --- settings: what the Plan would hand the workers, with the values the workers' own defaults had before
 # settings moved into the Plan. Each factory takes field overrides; an actor's or critic's optimizer fields
-# (lr, betas, weight_decay, warmup_steps, grad_clip) may be given flat.
+# (lr, betas, weight_decay, warmup_steps, grad_clip) may be given flat. max_new_tokens had no default (5 is
+# what most tests ask for); memory_fraction is the spec's default.
 
 _OPTIM_FIELDS = ("lr", "betas", "weight_decay", "warmup_steps", "grad_clip")
 _OPTIM = s.OptimSettings(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, grad_clip=1.0)
