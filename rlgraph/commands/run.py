@@ -32,9 +32,10 @@ def run_command(file: str, overrides: list[str], output: str | None, address: st
         if plan is None:
             return EXIT_ERRORS
         run_dir = Path(output) if output else default_run_dir(plan.spec)
-        if not (run_dir / "plan.json").exists() or (run_dir / "plan.json").resolve() != Path(file).resolve():
-            run_dir.mkdir(parents=True, exist_ok=True)
-            _write(run_dir / "plan.json", plan.to_json())
+
+        def write_inputs() -> None:
+            if not (run_dir / "plan.json").exists() or (run_dir / "plan.json").resolve() != Path(file).resolve():
+                _write(run_dir / "plan.json", plan.to_json())
     else:
         compilation = compile_spec(file, overrides)
         plan, diagnostics = plan_spec(compilation)
@@ -47,8 +48,10 @@ def run_command(file: str, overrides: list[str], output: str | None, address: st
         if refused := refusal(diagnostics):  # warnings for `check` (the spec may be for another runtime), fatal here
             sys.stdout.write(refused)
             return EXIT_ERRORS
+
+        def write_inputs() -> None:
+            write_run_inputs(run_dir, plan.to_json(), compilation.sources, compilation.path, overrides)
         run_dir = Path(output) if output else default_run_dir(file)
-        write_run_inputs(run_dir, plan.to_json(), compilation.sources, compilation.path, overrides)
 
     # Only now the heavy part: torch, ray and transformers load here.
     from rlgraph.runtime import RunError, history, run_plan
@@ -58,7 +61,8 @@ def run_command(file: str, overrides: list[str], output: str | None, address: st
     console.print(f"[bold]rlgraph run[/] {escape(file)} -> {escape(str(run_dir))}", highlight=False)
     try:
         run_plan(plan, run_dir, address, resume, console=run_console, accept_changes=accept_changes,
-                 invocation=history.invocation(file, overrides))  # appended to DIR/history.jsonl
+                 invocation=history.invocation(file, overrides),  # appended to DIR/history.jsonl
+                 write_inputs=write_inputs)
     except RunError as err:
         run_console.stop()
         console.print(f"[bold red]error[/]: {escape(str(err))}", highlight=False, soft_wrap=True)

@@ -20,7 +20,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import ray
 import torch
@@ -69,6 +69,7 @@ def run_plan(
     placement_timeout_s: float | None = None,
     accept_changes: bool = False,
     invocation: dict[str, Any] | None = None,
+    write_inputs: Callable[[], None] | None = None,
 ) -> RunResult:
     """Train `plan`, writing into `run_dir`. Raises a RunError subclass on anything a user can fix.
 
@@ -95,6 +96,8 @@ def run_plan(
     resume_from = ckpt.latest_checkpoint(run_dir) if resume else None
     history.record_start(run_dir, plan.to_dict(), resume_from, accept_changes=accept_changes, invocation=invocation,
                          log=lambda message: console.log(escape(message)))
+    if write_inputs is not None:  # plan.json and the spec: only once the resume check let the run start
+        write_inputs()
     if not resume:
         removed = ckpt.remove_all(run_dir)
         if removed:
