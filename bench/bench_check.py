@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import write_result
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -58,9 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rlgraph check ({len(specs)} specs): {result['check_median_s'] * 1000:7.1f} ms  (median of {args.repeats})")
     print(f"python -c pass:            {result['python_median_s'] * 1000:7.1f} ms")
     print(f"ratio:                     {result['ratio']:7.1f}x")
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2) + "\n")
+    # the run id ties the result to its `make bench` run: the doc is rendered from one run's files only
+    write_result(Path(args.output).stem, result, args.output)
     return 0
 
 

@@ -31,7 +31,7 @@ from common import NO_EXTRAS, STAGES, machine_facts, median, one_thread_env, pyt
     step_work, write_result
 
 SPECS = ["specs/ppo_arith.rl", "specs/grpo_arith.rl"]
-TARGET = 1.10
+TARGET = 1.04  # issue 11: rlgraph / floor for the whole step of each spec
 
 
 # --- the floor: one process, no Ray ---
@@ -177,7 +177,7 @@ def compare(spec: str, steps: int, warmup: int, rounds: int, workdir: Path, with
         "round_ratios": round_ratios,
         "round_ratio_median": median(round_ratios),
         "target": TARGET,
-        "meets_target": median(round_ratios) <= TARGET,
+        "meets_target": max(round_ratios) <= TARGET,  # every round
         # what the step costs beyond its stages: loader, Ray calls and transfers, driver bookkeeping
         "outside_stages_s": {"floor": step["floor_s"] - floor_sum, "rlgraph": step["rlgraph_s"] - rl_sum},
         # the same from outside: seconds between consecutive metrics.jsonl lines (metrics writing included)

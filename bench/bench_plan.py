@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import write_result
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -154,9 +156,8 @@ def main(argv: list[str] | None = None) -> int:
               "target_s": 1.0, "sizes": rows, "cli_2x8_median_s": cli,
               "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
               "load_average_1min": load}
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2) + "\n")
+    # the run id ties the result to its `make bench` run: the doc is rendered from one run's files only
+    write_result(Path(args.output).stem, result, args.output)
     return 0
 
 
