@@ -18,6 +18,8 @@ _EXPORTS = {
     "RewardModelWorker": "rlgraph.workers.reward_model",
     "RolloutWorker": "rlgraph.workers.rollout",
     "RuleReward": "rlgraph.workers.reward",
+    "Segment": "rlgraph.workers.batch",
+    "TokenSource": "rlgraph.workers.batch",
     "load_reward_fn": "rlgraph.workers.reward",
     "position_ids_from_mask": "rlgraph.workers.batch",
 }
@@ -25,7 +27,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from rlgraph.workers.batch import Rollout, position_ids_from_mask
+    from rlgraph.workers.batch import Rollout, Segment, TokenSource, position_ids_from_mask
     from rlgraph.workers.critic import CriticWorker
     from rlgraph.workers.policy import PolicyWorker
     from rlgraph.workers.reward import RewardFunctionError, RuleReward, load_reward_fn

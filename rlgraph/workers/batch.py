@@ -26,6 +26,8 @@ from typing import Any, NamedTuple, Sequence
 
 import torch
 
+from rlgraph.models.sequences import position_ids_from_mask  # noqa: F401 (re-exported)
+
 TENSOR_FIELDS = ("prompts", "responses", "input_ids", "attention_mask", "position_ids", "loss_mask", "token_source",
                  "reward_index", "policy_version")
 LIST_FIELDS = ("uid", "data_source", "ground_truth", "extra_info", "prompt_text", "response_text")
@@ -256,11 +258,6 @@ def _unpickle(prompts, prompt_mask, responses, loss_mask, pad_token_id, lists, s
     rollout = Rollout.build(prompts, prompt_mask, responses, loss_mask, pad_token_id, **(extra or {}), **lists)
     rollout.sample_log_probs = sample_log_probs
     return rollout
-
-
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Rotary positions that ignore left padding: the first real token is position 0."""
-    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
 def last_index(mask: torch.Tensor) -> torch.Tensor:
