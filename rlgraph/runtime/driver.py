@@ -8,6 +8,9 @@ calls need.
 
 Sync edges run at the start of each step (verl syncs right after the update; the same thing seen
 from the next generate). A rollout that shares its process with the policy syncs for free.
+
+When every role lives in one process, the whole step goes to that process in one call instead
+(`use_local_step`, rlgraph/runtime/step.py): the same calls, arguments and seeds, one round trip.
 """
 
 from __future__ import annotations
