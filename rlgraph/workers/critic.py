@@ -10,7 +10,7 @@ import torch
 from rlgraph.contract.settings import CriticSettings, CriticUpdateSettings, ForwardSettings
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.optim import Optimization, micro_batches, shuffle_generator
-from rlgraph.workers.policy import as_dtype, default_device
+from rlgraph.workers.loading import as_dtype, default_device
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 

@@ -12,6 +12,7 @@ from rlgraph.contract.settings import (ActorSettings, ActorUpdateSettings, Gener
                                        RefSettings)
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.engines.hf import HFEngine
+from rlgraph.workers.loading import as_dtype, default_device, load_causal_lm  # noqa: F401 (re-exported)
 from rlgraph.workers.optim import Optimization, micro_batches, shuffle_generator
 from rlgraph.workers.rollout import generate_rollout
 
@@ -213,32 +214,6 @@ class PolicyWorker:
             fsdp.load_optimizer_state(self.module, self.optim, state)
         else:
             self.optim.load_state_dict(state)
-
-
-def default_device(device: str | torch.device | None) -> torch.device:
-    """The given device, else the first GPU that this process sees, else the CPU."""
-    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-
-
-def as_dtype(dtype: torch.dtype | str) -> torch.dtype:
-    """torch.bfloat16 or "bfloat16" (as a spec writes it) -> torch.bfloat16."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    value = getattr(torch, str(dtype).removeprefix("torch."), None)
-    if not isinstance(value, torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}; expected e.g. 'float32' or 'bfloat16'")
-    return value
-
-
-def load_causal_lm(model_path: str, dtype: torch.dtype, device: torch.device) -> tuple[torch.nn.Module, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from rlgraph.models import resolve_model_path
-
-    path = resolve_model_path(model_path)  # a local folder; `builtin:` models are built on first use
-    module = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    return module, tokenizer
 
 
 def response_logits(module: torch.nn.Module, rollout: Rollout, temperature: float = 1.0) -> torch.Tensor:

@@ -21,7 +21,7 @@ from rlgraph.models.sequences import last_token_scores
 from rlgraph.contract.settings import ForwardSettings, RewardModelSettings
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.optim import micro_batches
-from rlgraph.workers.policy import as_dtype, default_device
+from rlgraph.workers.loading import as_dtype, default_device
 
 
 class RewardModelWorker:

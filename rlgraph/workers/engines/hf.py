@@ -44,7 +44,7 @@ class HFEngine(Engine):
     def from_pretrained(cls, model_path: str, *, dtype: str | torch.dtype = "float32", device: str | None = None,
                         memory_fraction: float | None = None) -> HFEngine:
         """`memory_fraction` is ignored: HF allocates the KV cache per call, as it goes."""
-        from rlgraph.workers.policy import as_dtype, default_device, load_causal_lm
+        from rlgraph.workers.loading import as_dtype, default_device, load_causal_lm
 
         module, tokenizer = load_causal_lm(model_path, as_dtype(dtype), default_device(device))
         module.eval().requires_grad_(False)

@@ -1,0 +1,33 @@
+"""Loading a model onto a device: shared by the workers and the engines (one place, no import circle)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def default_device(device: str | torch.device | None) -> torch.device:
+    """The given device, else the first GPU that this process sees, else the CPU."""
+    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """torch.bfloat16 or "bfloat16" (as a spec writes it) -> torch.bfloat16."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype).removeprefix("torch."), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; expected e.g. 'float32' or 'bfloat16'")
+    return value
+
+
+def load_causal_lm(model_path: str, dtype: torch.dtype, device: torch.device) -> tuple[torch.nn.Module, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlgraph.models import resolve_model_path
+
+    path = resolve_model_path(model_path)  # a local folder; `builtin:` models are built on first use
+    module = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return module, tokenizer
