@@ -90,6 +90,7 @@ role critic {
 role rm {
   kind = reward_model
   model = fsfairx
+  retokenize = true  # a Llama-3 tokenizer: it scores the decoded text, not Qwen2's ids
   pool = reward_gpus
   replicas = 4
   dtype = bf16

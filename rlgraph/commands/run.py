@@ -1,11 +1,14 @@
 """`rlgraph run FILE`: compile, plan, write the plan and the spec into the run directory, train.
 
 Exit codes: 0 trained, 1 the spec has errors or the run failed for a reason the message gives
-(no traceback: every such failure is a RunError), 130 interrupted.
+(no traceback: every such failure is a RunError) or another run holds the run directory, 143 stopped by
+SIGTERM, 130 by Ctrl-C. SIGTERM and a first Ctrl-C finish the step in progress and checkpoint it; a second
+Ctrl-C stops at once. Either way the last line says how to resume.
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path, PurePath
 
@@ -13,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 EXIT_OK, EXIT_ERRORS, EXIT_INTERRUPTED = 0, 1, 130
+RAY_LOG = "ray.log"  # Ray's own warnings, kept off the progress bar
 
 
 def default_run_dir(file: str) -> Path:
@@ -21,22 +25,45 @@ def default_run_dir(file: str) -> Path:
 
 def run_command(file: str, overrides: list[str], output: str | None, address: str | None, resume: bool = True,
                 accept_changes: bool = False) -> int:
-    from rlgraph.compiler import compile_spec
-    from rlgraph.compiler.passes.runtime_support import refusal
-    from rlgraph.diagnostics import has_errors, render_full
-    from rlgraph.plan.build import plan_spec
+    from rlgraph.runtime.errors import RunError
+    from rlgraph.runtime.lock import RunDirLock
 
     console = Console()
+    plan = None
     if file.endswith(".json"):  # a saved plan (a run directory's plan.json): runs as it is, no compiler
         plan = load_plan(file, overrides)
         if plan is None:
             return EXIT_ERRORS
         run_dir = Path(output) if output else default_run_dir(plan.spec)
+    else:
+        run_dir = Path(output) if output else default_run_dir(file)
+    # One run per directory, locked before anything is written into it and before Ray starts. An existing
+    # directory is locked before compiling too, so a second run into a busy one exits at once; a new one only
+    # once the spec compiled, so a spec with errors leaves nothing behind.
+    lock = RunDirLock(run_dir)
+    try:
+        if run_dir.is_dir():
+            lock.acquire()
+        return _compile_and_train(console, file, overrides, plan, run_dir, address, resume, accept_changes, lock)
+    except RunError as err:  # the directory is another run's, or cannot be created
+        console.print(f"[bold red]error[/]: {escape(str(err))}", highlight=False, soft_wrap=True)
+        return EXIT_ERRORS
+    finally:
+        lock.release()
 
+
+def _compile_and_train(console: Console, file: str, overrides: list[str], plan, run_dir: Path, address: str | None,
+                       resume: bool, accept_changes: bool, lock) -> int:
+    if plan is not None:
         def write_inputs() -> None:
             if not (run_dir / "plan.json").exists() or (run_dir / "plan.json").resolve() != Path(file).resolve():
                 _write(run_dir / "plan.json", plan.to_json())
     else:
+        from rlgraph.compiler import compile_spec
+        from rlgraph.compiler.passes.runtime_support import refusal
+        from rlgraph.diagnostics import has_errors, render_full
+        from rlgraph.plan.build import plan_spec
+
         compilation = compile_spec(file, overrides)
         plan, diagnostics = plan_spec(compilation)
         if diagnostics:
@@ -51,27 +78,59 @@ def run_command(file: str, overrides: list[str], output: str | None, address: st
 
         def write_inputs() -> None:
             write_run_inputs(run_dir, plan.to_json(), compilation.sources, compilation.path, overrides)
-        run_dir = Path(output) if output else default_run_dir(file)
+    lock.acquire()
+    return _train(console, file, overrides, plan, run_dir, address, resume, accept_changes, write_inputs)
 
+
+def _train(console: Console, file: str, overrides: list[str], plan, run_dir: Path, address: str | None, resume: bool,
+           accept_changes: bool, write_inputs) -> int:
     # Only now the heavy part: torch, ray and transformers load here.
     from rlgraph.runtime import RunError, history, run_plan
+    from rlgraph.runtime.checkpoint import latest_checkpoint
     from rlgraph.runtime.console import RunConsole
+    from rlgraph.runtime.signals import NAMES, StopRequest, Stopped
 
-    run_console = RunConsole(console)
+    run_console = RunConsole(console, ray_log=run_dir / RAY_LOG)
     console.print(f"[bold]rlgraph run[/] {escape(file)} -> {escape(str(run_dir))}", highlight=False)
+    stop = StopRequest(run_console.log)
+    again = escape(resume_command(file, overrides, run_dir, address))
     try:
-        run_plan(plan, run_dir, address, resume, console=run_console, accept_changes=accept_changes,
-                 invocation=history.invocation(file, overrides),  # appended to DIR/history.jsonl
-                 write_inputs=write_inputs)
+        with stop.installed(), run_console.ray_logs_to_file():
+            run_plan(plan, run_dir, address, resume, console=run_console, accept_changes=accept_changes,
+                     invocation=history.invocation(file, overrides),  # appended to DIR/history.jsonl
+                     write_inputs=write_inputs, stop=stop)
     except RunError as err:
         run_console.stop()
         console.print(f"[bold red]error[/]: {escape(str(err))}", highlight=False, soft_wrap=True)
         return EXIT_ERRORS
-    except KeyboardInterrupt:
+    except Stopped as stopped:
         run_console.stop()
-        console.print("[yellow]interrupted[/]; the latest checkpoint (if any) resumes this run", highlight=False)
-        return EXIT_INTERRUPTED
+        if stopped.checkpoint is None:
+            console.print(f"[yellow]stopped[/] by {NAMES[stopped.signum]} before the first step; nothing was trained. "
+                          f"Start again with: {again}", highlight=False, soft_wrap=True)
+        else:
+            console.print(f"[yellow]stopped[/] by {NAMES[stopped.signum]} after step {stopped.step}, checkpointed in "
+                          f"{escape(str(stopped.checkpoint))}. Resume with: {again}", highlight=False, soft_wrap=True)
+        return stopped.exit_code
+    except KeyboardInterrupt:  # a second Ctrl-C, or a signal during start-up
+        run_console.stop()
+        how = "at once" if len(stop.received) > 1 else \
+            f"by {NAMES.get(stop.received[0] if stop.received else 0, 'Ctrl-C')} during start-up"
+        latest = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+        if latest is None:
+            where = f"there is no checkpoint yet. Start again with: {again}"
+        else:
+            where = f"the last complete checkpoint is step {latest.step} ({escape(str(latest.path))}). Resume with: {again}"
+        console.print(f"[yellow]stopped[/] {how}; {where}", highlight=False, soft_wrap=True)
+        return stop.exit_code
     return EXIT_OK
+
+
+def resume_command(file: str, overrides: list[str], run_dir: Path, address: str | None) -> str:
+    """The command that goes on with this run: same file and overrides (a resume compares its plan with the
+    checkpoint's), the run directory spelt out, no --no-resume."""
+    argv = ["rlgraph", "run", file, *(arg for o in overrides for arg in ("-s", o)), "--output", str(run_dir)]
+    return shlex.join(argv + (["--address", address] if address else []))
 
 
 def load_plan(file: str, overrides: list[str]):

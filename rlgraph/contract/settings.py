@@ -36,6 +36,7 @@ class ActorSettings:
     micro_batch: int | None  # samples per device per forward pass; None = the whole batch at once
     entropy_coeff: float
     optim: OptimSettings
+    gradient_checkpointing: bool  # recompute each block's activations in backward (any train/eval mode)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class CriticSettings:
     micro_batch: int | None
     head: str  # value
     optim: OptimSettings
+    gradient_checkpointing: bool
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class RefSettings:
 class RewardModelSettings:
     dtype: str
     micro_batch: int | None
+    retokenize: bool  # score the decoded text, tokenized by the reward model's own tokenizer
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,14 @@ class ReinforcePPSettings:
 
 
 @dataclass(frozen=True)
+class RewardSettings:
+    """A rule reward's guards (its function is `Plan.rewards[name]`)."""
+
+    max_invalid_fraction: float  # share of a batch's rows that may get no usable score (left out of the update)
+    timeout_s: float  # the most seconds one call of the function (one row) may take
+
+
+@dataclass(frozen=True)
 class TrainSettings:
     steps: int
     seed: int
@@ -171,6 +182,8 @@ class TrainSettings:
     val_samples: int
     checkpoint_every: int  # 0 = only after the last step
     keep_checkpoints: int
+    deterministic: bool  # GPU workers use deterministic kernels (CPU ones always are)
+    max_failures: int  # worker-process deaths recovered from (restart + latest checkpoint) before giving up
 
 
 @dataclass(frozen=True)
@@ -202,7 +215,7 @@ TRANSFORM_SETTINGS: dict[str, type] = {
 
 SETTINGS_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (
     NoSettings, GenerateSettings, LogProbSettings, ForwardSettings, ActorUpdateSettings, CriticUpdateSettings,
-    *ROLE_SETTINGS.values(), *TRANSFORM_SETTINGS.values(), TrainSettings, DataSettings,
+    *ROLE_SETTINGS.values(), *TRANSFORM_SETTINGS.values(), TrainSettings, DataSettings, RewardSettings,
 )}
 
 _NESTED = {"optim": OptimSettings}

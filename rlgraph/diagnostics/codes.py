@@ -60,6 +60,9 @@ _ALL = [
     Code("oversubscribed", "error", "a device holds more than it can"),
     Code("out-of-memory", "error", "the estimated memory exceeds a device's capacity"),
     Code("memory-unknown", "warning", "the memory of a role cannot be estimated"),
+    Code("tokenizer-mismatch", "error", "a reward model reads token ids of another tokenizer"),
+    Code("untrainable-dtype", "error", "a trained role in a dtype it cannot train in (fp16: no loss scaling)"),
+    Code("micro-batch-unset", "warning", "a role on GPUs runs each pass on its whole share of the batch at once"),
     # --- what rlgraph's runtime implements (`run` refuses all but setting-ignored) -----
     Code("kind-not-implemented", "warning", "a role of a kind the runtime does not run"),
     Code("engine-not-implemented", "warning", "a rollout engine the runtime does not implement"),

@@ -5,9 +5,10 @@ from __future__ import annotations
 from rlgraph.compiler import Compilation
 from rlgraph.diagnostics import Diagnostic
 from rlgraph.plan.memory import estimate
+from rlgraph.plan.tokenizers import check_tokenizers
 from rlgraph.plan.model import CallPlan, Plan
 from rlgraph.plan.placement import place
-from rlgraph.plan.resolve import call_settings, data_settings, train_settings
+from rlgraph.plan.resolve import call_settings, data_settings, reward_settings, train_settings
 from rlgraph.plan.schedule import schedule
 from rlgraph.spec.schema import BLOCKS
 
@@ -28,8 +29,9 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
     if program is not None:
         plan.pools, plan.roles, plan.placements, placed = place(program)
         plan.memory, estimated = estimate(program, plan.pools, plan.roles, plan.placements)
-        diagnostics += placed + estimated
+        diagnostics += placed + estimated + check_tokenizers(program)
         plan.rewards = {name: decl.get("fn") for name, decl in program.rewards.items()}
+        plan.reward_settings = {name: reward_settings(decl.values) for name, decl in program.rewards.items()}
         plan.models = {name: dict(decl.values) for name, decl in program.models.items()}
         plan.data = _or_none(lambda: data_settings(program))
         plan.train = _or_none(lambda: train_settings(program.train.values if program.train is not None

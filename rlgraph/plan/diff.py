@@ -24,6 +24,7 @@ RESUME_SAFE = frozenset({
     "train.checkpoint_every",
     "train.keep_checkpoints",
     "train.val_samples",
+    "train.max_failures",
     "data.val",
     "data.val_batch_size",
 })

@@ -2,10 +2,16 @@
 
 docs/memory.md writes out every formula; in short, per device:
 
-- trained role (actor, critic), Adam: params + grads in the role's dtype, fp32
-  master weights when the dtype is bf16/fp16, fp32 Adam m and v. That is
-  4+4+8 = 16 B/param in fp32 and 2+2+4+8 = 16 B/param in mixed precision;
-  divided by the data-parallel size under `strategy = fsdp`, whole under ddp.
+- trained role (actor, critic), Adam: fp32 params (the master weights), fp32
+  grads, fp32 Adam m and v: 4+4+8 = 16 B/param in fp32 and in bf16 alike (bf16
+  is the compute dtype, rlgraph/workers/precision.py); divided by the
+  data-parallel size under `strategy = fsdp`, whole under ddp. bf16 under ddp
+  adds the bf16 copy its forward passes run on (`compute_copy`, 2 B/param,
+  whole): autocast caches the cast of every weight for the forward, and
+  autograd keeps the casts until the backward. Under fsdp the bf16 weights
+  are FSDP's gathered blocks, one (and the prefetched next) at a time, in place
+  of the fp32 blocks an fp32 role gathers: 1/layers of the model each, a
+  working buffer like activations, not counted for either dtype.
 - frozen role (ref, reward_model): params only, in its dtype; sharded like its
   colocation root's strategy (fsdp shards), whole on a pool of its own.
 - rollout: weights in its dtype split over tp, or nothing for an hf rollout
@@ -32,7 +38,7 @@ from rlgraph.plan.view import format_bytes
 from rlgraph.spec.program import Decl, Program
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-MASTER_BYTES = 4  # fp32 master copy of bf16/fp16 weights
+MASTER_BYTES = 4  # a trained role's params and grads are fp32 in every dtype (its dtype is the compute dtype)
 ADAM_BYTES = 8  # fp32 first and second moments (m, v)
 TRAINED = ("actor", "critic")
 FROZEN = ("ref", "reward_model")
@@ -169,11 +175,11 @@ def role_memory(program: Program, role: Decl, plan: RolePlan, shape: ModelShape 
     if role.kind in TRAINED:
         if P is None:
             return items, ["weights"]
-        items["params"] = _ceil_div(P * b, shard)
-        items["grads"] = _ceil_div(P * b, shard)
-        if b != MASTER_BYTES:
-            items["master"] = _ceil_div(P * MASTER_BYTES, shard)
+        items["params"] = _ceil_div(P * MASTER_BYTES, shard)
+        items["grads"] = _ceil_div(P * MASTER_BYTES, shard)
         items["optimizer"] = _ceil_div(P * ADAM_BYTES, shard)
+        if b != MASTER_BYTES and shard == 1:
+            items["compute_copy"] = P * b  # autocast's bf16 copy of every weight, during each forward
     elif role.kind in FROZEN:
         if P is None:
             return items, ["weights"]

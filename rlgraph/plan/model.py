@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlgraph.contract.methods import call_settings_class
-from rlgraph.contract.settings import (ROLE_SETTINGS, DataSettings, TrainSettings, settings_from_dict,
-                                       settings_to_dict)
+from rlgraph.contract.settings import (ROLE_SETTINGS, DataSettings, RewardSettings, TrainSettings,
+                                       settings_from_dict, settings_to_dict)
 
 _SPEC_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 PLAN_VERSION = 2  # 2: typed, resolved settings for roles, calls, data and train
@@ -108,6 +108,7 @@ class Plan:
     roles: list[RolePlan] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)
     rewards: dict[str, str] = field(default_factory=dict)  # reward name -> `module:function`
+    reward_settings: dict[str, RewardSettings] = field(default_factory=dict)  # reward name -> its guards
     calls: list[CallPlan] = field(default_factory=list)
     syncs: list[list[str]] = field(default_factory=list)  # [trained role, rollout role]
     schedule: list[Stage] = field(default_factory=list)
@@ -167,6 +168,8 @@ class Plan:
                    for r in data["roles"]],
             placements=[Placement(**p) for p in data["placements"]],
             rewards=data["rewards"],
+            reward_settings={name: settings_from_dict(RewardSettings, value)
+                             for name, value in data["reward_settings"].items()},
             calls=[CallPlan(**{**c, "settings": _call_settings(c)}) for c in data["calls"]],
             syncs=data["syncs"],
             schedule=[Stage(**s) for s in data["schedule"]],

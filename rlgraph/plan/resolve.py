@@ -23,16 +23,18 @@ def role_settings(program: Program, role: Decl, root: Decl) -> Any:
     v = role.values
     dtype = TORCH_DTYPES[v.get("dtype") or "fp32"]
     if role.kind == "actor":
-        return s.ActorSettings(dtype, v["strategy"], v.get("micro_batch"), v["entropy_coeff"], _optim(v))
+        return s.ActorSettings(dtype, v["strategy"], v.get("micro_batch"), v["entropy_coeff"], _optim(v),
+                               gradient_checkpointing=v["gradient_checkpointing"])
     if role.kind == "critic":
-        return s.CriticSettings(dtype, v["strategy"], v.get("micro_batch"), v["head"], _optim(v))
+        return s.CriticSettings(dtype, v["strategy"], v.get("micro_batch"), v["head"], _optim(v),
+                                gradient_checkpointing=v["gradient_checkpointing"])
     if role.kind == "ref":
         # a frozen role is sharded like the trained role it is colocated with (as the memory model counts it)
         trained_root = root is not role and root.kind in ("actor", "critic")
         strategy = (root.values.get("strategy") or "ddp") if trained_root else "ddp"
         return s.RefSettings(dtype, strategy, v.get("micro_batch"))
     if role.kind == "reward_model":
-        return s.RewardModelSettings(dtype, v.get("micro_batch"))
+        return s.RewardModelSettings(dtype, v.get("micro_batch"), bool(v.get("retokenize", False)))
     if role.kind == "rollout":
         return s.RolloutSettings(v["engine"], v["n"], v["temperature"], v["top_p"], v["top_k"], v["max_new_tokens"],
                                  v["tp"], v["memory_fraction"], dtype)
@@ -88,6 +90,11 @@ def data_settings(program: Program) -> s.DataSettings | None:
                           v["val_batch_size"])
 
 
+def reward_settings(values: dict[str, Any]) -> s.RewardSettings:
+    return s.RewardSettings(values["max_invalid_fraction"], values["timeout_s"])
+
+
 def train_settings(values: dict[str, Any]) -> s.TrainSettings:
     return s.TrainSettings(values["steps"], values["seed"], values["validate_every"], values["val_samples"],
-                           values["checkpoint_every"], values["keep_checkpoints"])
+                           values["checkpoint_every"], values["keep_checkpoints"], values["deterministic"],
+                           values["max_failures"])

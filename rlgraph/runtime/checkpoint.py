@@ -8,31 +8,51 @@
         trainer_state.pt  the step, the data loader's position, the adaptive KL coefficients
         meta.json         the same facts for people: step, roles, time, the last metrics
         plan.json         the plan it was trained with (Plan.to_dict()): a resume compares against it
+        manifest.json     every other file's size and sha256, written last
 
 Everything is safetensors or `torch.save` of tensors and plain python, read back with
 `torch.load(weights_only=True)`: loading a checkpoint never unpickles arbitrary objects.
-A checkpoint is written into `.step_<N>.tmp-*` and renamed into place, so a `step_<N>` folder is
-always complete; only the newest `keep_checkpoints` are kept.
+
+The protocol, so that a run killed at any moment resumes from a complete checkpoint:
+- a checkpoint is written into `.step_<N>.tmp-*`, sealed (manifest written, every file fsync'd) and
+  renamed into place; the caller makes the step's metrics line durable before that rename (loop.py);
+- an old checkpoint is renamed to `.deleting-step_<N>-*` before it is deleted, so a half-deleted folder
+  is never a `step_<N>`; `sweep` removes such leftovers (and abandoned tmp folders) when a run starts;
+- a resume verifies the newest checkpoint against its manifest before any worker starts
+  (`resume_checkpoint`); a damaged one is set aside as `step_<N>.corrupt` with a warning and the one
+  before it is used.
+
+Every read or write error is a CheckpointError naming the file and the cause (disk full named as such).
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import re
 import shutil
-import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
+
+from rlgraph.runtime.errors import CheckpointError
 
 CHECKPOINTS = "checkpoints"
 TRAINER_STATE = "trainer_state.pt"
 PLAN = "plan.json"
+MANIFEST = "manifest.json"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_DELETING = ".deleting-"
+_LEGACY_TRASH = ".trash-"  # what an rlgraph before `_DELETING` named a replaced step while deleting it
+# tmp folders of this process's writers not yet published or abandoned: every other one is a leftover
+# (a pid is no test: a container restarts its command with the same pid)
+_LIVE: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -50,12 +70,28 @@ class Checkpoint:
         return self.path / "rng" / f"{process_file_name(process)}.pt"
 
     def trainer_state(self) -> dict[str, Any]:
-        return torch.load(self.path / TRAINER_STATE, weights_only=True)
+        return self.load(self.path / TRAINER_STATE)
+
+    def load(self, file: Path) -> Any:
+        """torch.load(weights_only=True) of one of its files; a missing or damaged one is a CheckpointError
+        that names it and says what to delete."""
+        try:
+            return torch.load(file, weights_only=True)
+        except Exception as err:  # torch reports a cut file as RuntimeError, EOFError or UnpicklingError
+            raise CheckpointError(f"{read_problem(file, err)}; {self._advice()}") from None
 
     def plan(self) -> dict[str, Any] | None:
         """The plan dict it was trained with; None for a checkpoint written before checkpoints kept it."""
         file = self.path / PLAN
-        return json.loads(file.read_text()) if file.is_file() else None
+        if not file.is_file():
+            return None
+        try:
+            return json.loads(file.read_text())
+        except (OSError, ValueError) as err:
+            raise CheckpointError(f"{read_problem(file, err)}; {self._advice()}") from None
+
+    def _advice(self) -> str:
+        return f"delete {self.path} to resume from the checkpoint before it, or pass --no-resume to start over"
 
 
 def process_file_name(process: str) -> str:
@@ -63,14 +99,15 @@ def process_file_name(process: str) -> str:
 
 
 def checkpoints(run_dir: Path) -> list[Checkpoint]:
-    """Complete checkpoints of a run, oldest first."""
+    """Published checkpoints of a run, oldest first (not verified: see `resume_checkpoint`)."""
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
     found = []
     for child in root.iterdir():
         match = _STEP_DIR.match(child.name)
-        if match and child.is_dir() and (child / TRAINER_STATE).is_file():
+        # an rlgraph before manifests wrote none: its trainer_state.pt, written last, marks it complete
+        if match and child.is_dir() and ((child / MANIFEST).is_file() or (child / TRAINER_STATE).is_file()):
             found.append(Checkpoint(int(match.group(1)), child))
     return sorted(found, key=lambda c: c.step)
 
@@ -80,59 +117,283 @@ def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
     return found[-1] if found else None
 
 
+# --- writing ---
+
+
 class CheckpointWriter:
-    """Collects the parts of one checkpoint in a temporary folder, then publishes it with one rename."""
+    """Collects the parts of one checkpoint in a temporary folder, seals it, then publishes it with one rename."""
 
     def __init__(self, run_dir: Path, step: int) -> None:
         self.root = Path(run_dir) / CHECKPOINTS
-        self.root.mkdir(parents=True, exist_ok=True)
         self.step = step
         self.final = self.root / f"step_{step}"
         self.tmp = self.root / f".step_{step}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.tmp.mkdir()
+        with writing(self.tmp):
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.tmp.mkdir()
+        _LIVE.add(self.tmp.name)
         self.staging = Checkpoint(step, self.tmp)
+        self.sealed = False
 
     def save_tensors(self, relative: str | Path, data: Any) -> None:
         path = self.tmp / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(data, path)
+        # through a Python file, so that the OSError (disk full, ...) reaches `writing`: torch's own file
+        # writer reports only "unexpected pos" or "basic_ios::clear"
+        with writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as f:
+                torch.save(data, f)
 
     def save_json(self, relative: str, data: dict[str, Any]) -> None:
-        (self.tmp / relative).write_text(json.dumps(data, indent=2, default=str) + "\n")
+        path = self.tmp / relative
+        with writing(path):
+            path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+
+    def seal(self) -> None:
+        """Write manifest.json (each file's size and sha256) last, with every file and folder fsync'd.
+
+        Cost (and that of `verify` on resume, which hashes the same bytes): sha256 of every byte, streamed.
+        Measured on the shipped model: 13-30 ms for a grpo_arith checkpoint (3.2 MB: actor, Adam state, RNG)
+        on the project's 2-CPU machine, loaded; sha256 ran at ~0.4 GB/s there (1-2 GB/s on CPUs with SHA
+        extensions), so a checkpoint of a 7B model with its Adam state (~100 GB) takes minutes to hash."""
+        files = {}
+        for file in sorted(p for p in self.tmp.rglob("*") if p.is_file()):
+            with writing(file):  # fsync is where a network file system reports a failed write
+                files[file.relative_to(self.tmp).as_posix()] = _digest(file, sync=True)
+        manifest = self.tmp / MANIFEST
+        with writing(manifest):
+            with open(manifest, "w") as f:
+                f.write(json.dumps({"step": self.step, "files": files}, indent=1) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            for folder in (self.tmp, *(p for p in self.tmp.rglob("*") if p.is_dir())):
+                _fsync_dir(folder)
+        self.sealed = True
 
     def publish(self, keep: int) -> Checkpoint:
+        if not self.sealed:
+            self.seal()
         if self.final.exists():  # the same step written again (a resumed run passing it again)
-            trash = self.root / f".trash-{uuid.uuid4().hex[:8]}"
-            os.replace(self.final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        os.replace(self.tmp, self.final)
+            _delete(self.final)
+        with writing(self.final):
+            os.replace(self.tmp, self.final)
+            _fsync_dir(self.root)
+        _LIVE.discard(self.tmp.name)
         prune(self.root.parent, keep)
         return Checkpoint(self.step, self.final)
 
     def abandon(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+        _LIVE.discard(self.tmp.name)
+
+
+def _digest(file: Path, sync: bool = False) -> dict[str, Any]:
+    with open(file, "rb") as f:
+        if sync:
+            os.fsync(f.fileno())
+        digest = hashlib.file_digest(f, "sha256")  # streamed: a large model is never in memory at once
+        return {"size": os.fstat(f.fileno()).st_size, "sha256": digest.hexdigest()}
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno != errno.EINVAL:  # a file system that cannot sync folders (some network ones)
+            raise
+    finally:
+        os.close(fd)
+
+
+# --- deleting ---
 
 
 def prune(run_dir: Path, keep: int) -> None:
-    """Remove all but the newest `keep` checkpoints, and leftovers of interrupted writes."""
+    """Remove all but the newest `keep` checkpoints, and leftovers of interrupted writes and deletions."""
     found = checkpoints(run_dir)
     for old in found[: max(len(found) - max(keep, 1), 0)]:
-        shutil.rmtree(old.path, ignore_errors=True)
+        _delete(old.path)
+    sweep(run_dir)
+
+
+def sweep(run_dir: Path) -> None:
+    """Delete what interrupted deletions and writes left: `.deleting-*` folders and tmp folders that no
+    writer of this process owns. A run calls it at start, once it holds the run directory."""
     root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return
     for child in root.iterdir():
-        if child.name.startswith(".step_") and ".tmp-" in child.name and not _is_ours(child):
+        name = child.name
+        leftover = name.startswith((_DELETING, _LEGACY_TRASH)) or (
+            name.startswith(".step_") and ".tmp-" in name and name not in _LIVE)
+        if leftover:
             shutil.rmtree(child, ignore_errors=True)
 
 
-def _is_ours(tmp: Path) -> bool:
-    """A temporary folder of a live writer in this process (not a leftover of a crash)."""
-    return f".tmp-{os.getpid()}-" in tmp.name and time.time() - tmp.stat().st_mtime < 3600
+def _delete(folder: Path) -> None:
+    """Rename, then delete: a deletion cut short leaves a hidden `.deleting-*` folder for `sweep`, never a
+    half-deleted `step_<N>` that a resume could pick."""
+    hidden = folder.with_name(f"{_DELETING}{folder.name}-{uuid.uuid4().hex[:8]}")
+    with writing(folder):
+        os.replace(folder, hidden)
+    shutil.rmtree(hidden, ignore_errors=True)
 
 
 def remove_all(run_dir: Path) -> int:
     """Start fresh: delete every checkpoint of the run; returns how many there were."""
     root = Path(run_dir) / CHECKPOINTS
     count = len(checkpoints(run_dir))
-    if root.exists():
-        shutil.rmtree(root)
+    if root.is_dir():
+        for child in root.iterdir():
+            if not child.name.startswith("."):
+                _delete(child)
+        shutil.rmtree(root, ignore_errors=True)
     return count
+
+
+# --- verifying, before a resume ---
+
+
+def verify(checkpoint: Checkpoint) -> str | None:
+    """None when every file its manifest lists is there with its size and sha256; else what is wrong,
+    naming the file. Sizes are checked first: a truncated file is found without hashing the rest."""
+    manifest_file = checkpoint.path / MANIFEST
+    try:
+        files = json.loads(manifest_file.read_text())["files"]
+        expected = {name: (int(entry["size"]), str(entry["sha256"])) for name, entry in files.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        return read_problem(manifest_file, err)
+    for name, (size, _) in expected.items():
+        file = checkpoint.path / name
+        try:
+            actual = file.stat().st_size
+        except OSError as err:
+            return read_problem(file, err)
+        if actual != size:
+            cut = "is truncated" if actual < size else "is longer than it was written"
+            return f"{file} {cut} ({actual} bytes, the manifest says {size})"
+    for name, (_, sha256) in expected.items():
+        file = checkpoint.path / name
+        try:
+            if _digest(file)["sha256"] != sha256:
+                return f"{file} is corrupt (its sha256 differs from the manifest's)"
+        except OSError as err:
+            return read_problem(file, err)
+    return None
+
+
+def resume_checkpoint(run_dir: Path, warn: Callable[[str], None]) -> Checkpoint | None:
+    """The newest complete checkpoint, verified against its manifest before any worker loads it.
+
+    Each newer one that is damaged is set aside as `step_<N>.corrupt` (kept for a look, never resumed
+    from, never pruned) and reported with one `warn` line; raises CheckpointError when there are
+    checkpoints but none is complete."""
+    damaged: list[tuple[Checkpoint, str]] = []
+    chosen = None
+    for candidate in reversed(checkpoints(run_dir)):
+        if not (candidate.path / MANIFEST).is_file():
+            warn(f"{candidate.path} has no {MANIFEST} (written by an older rlgraph): its files are not verified")
+            chosen = candidate
+            break
+        problem = verify(candidate)
+        if problem is None:
+            chosen = candidate
+            break
+        damaged.append((candidate, problem))
+    if chosen is None and damaged:
+        root = Path(run_dir) / CHECKPOINTS
+        lines = "\n".join(f"  {problem}" for _, problem in damaged)
+        raise CheckpointError(f"no complete checkpoint to resume from in {root}:\n{lines}\n"
+                              f"Delete {root} (or pass --no-resume) to start over.")
+    for bad, problem in damaged:
+        aside = _set_aside(bad.path)
+        warn(f"{problem}: checkpoint step {bad.step} is incomplete, resuming from step {chosen.step} "
+             f"instead (the damaged one is kept as {aside})")
+    return chosen
+
+
+def _set_aside(folder: Path) -> Path:
+    aside = folder.with_name(f"{folder.name}.corrupt")
+    if aside.exists():
+        aside = folder.with_name(f"{folder.name}.corrupt-{uuid.uuid4().hex[:8]}")
+    with writing(folder):
+        os.replace(folder, aside)
+    return aside
+
+
+# --- errors that name the file and the cause ---
+
+
+@contextmanager
+def writing(file: str | Path) -> Iterator[None]:
+    """An I/O error in the block becomes a CheckpointError naming `file` and the cause. Also for errors
+    libraries raise as their own types with the OS error in their text (safetensors: "os error 28")."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except Exception as err:
+        code = _errno(err)
+        if code is None:
+            raise
+        raise CheckpointError(write_problem(Path(getattr(err, "filename", None) or file), code, err)) from None
+
+
+def write_problem(file: Path, code: int, err: BaseException) -> str:
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return f"disk full while writing {file}: free space on {_filesystem(file)} or lower keep_checkpoints"
+    if code in (errno.EACCES, errno.EPERM):
+        return (f"permission denied while writing {file}: make {_existing_parent(file)} writable for this user, "
+                "or pass --output to a folder it can write")
+    if code == errno.EROFS:
+        return f"cannot write {file}: {_filesystem(file)} is mounted read-only; pass --output to a writable folder"
+    return f"cannot write {file}: {os.strerror(code)}"
+
+
+def read_problem(file: Path, err: BaseException) -> str:
+    code = _errno(err)
+    if code == errno.ENOENT:
+        return f"{file} is missing"
+    if code in (errno.EACCES, errno.EPERM):
+        return f"permission denied while reading {file}"
+    if code is not None:
+        return f"cannot read {file}: {os.strerror(code)}"
+    detail = str(err).strip().split(". ")[0].splitlines()[0][:160] if str(err).strip() else "it ends early"
+    return f"{file} is truncated or corrupt ({detail})"
+
+
+_OS_ERROR_TEXT = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
+                  "Permission denied": errno.EACCES, "Read-only file system": errno.EROFS}
+
+
+def _errno(err: BaseException | None) -> int | None:
+    """The OS error behind `err`, also when another error replaced it: torch.save's zip writer, cleaning up
+    after a failed write, raises "unexpected pos" over the OSError that says the disk is full."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno is not None:
+            return err.errno
+        text = str(err)
+        if match := re.search(r"os error (\d+)", text):
+            return int(match.group(1))
+        if code := next((code for phrase, code in _OS_ERROR_TEXT.items() if phrase in text), None):
+            return code
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _existing_parent(path: Path) -> Path:
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path if path.is_dir() else path.parent
+
+
+def _filesystem(path: Path) -> Path:
+    """The mount point of the file system that holds `path`."""
+    path = _existing_parent(path)
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -12,11 +17,43 @@ from rich.table import Table
 class RunConsole:
     """Progress and messages; `enabled=False` keeps a run silent (tests, library use)."""
 
-    def __init__(self, console: Console | None = None, enabled: bool = True) -> None:
+    def __init__(self, console: Console | None = None, enabled: bool = True, ray_log: Path | None = None) -> None:
+        """`ray_log`: the file `ray_logs_to_file` sends Ray's own messages to."""
         self.console = console or Console()
         self.enabled = enabled
+        self.ray_log = ray_log
         self.progress: Progress | None = None
         self.task = None
+
+    @contextlib.contextmanager
+    def ray_logs_to_file(self) -> Iterator[None]:
+        """Ray's own messages go to `ray_log`, not over the progress bar: its "ray" logger, and what the
+        driver hears from the raylet and the autoscaler ("a worker died ...", which rlgraph reports itself
+        as a WorkerError or ProcessDiedError naming the role). Enter before ray.init, which keeps handlers."""
+        if self.ray_log is None:
+            yield
+            return
+        handler = logging.FileHandler(self.ray_log, delay=True)  # no file for a run Ray said nothing about
+        ray_logger = logging.getLogger("ray")
+        saved = ray_logger.handlers[:], ray_logger.propagate
+        ray_logger.handlers, ray_logger.propagate = [handler], False
+        # The driver prints the raylet's and autoscaler's messages with this function (Ray 2.x), bypassing
+        # logging; a Ray without it prints them as before.
+        worker = sys.modules.get("ray._private.worker")
+        printer = getattr(worker, "print_to_stdstream", None)
+        if printer is not None:
+            def to_file(data: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+                for line in data.get("lines", []):
+                    handler.handle(logging.makeLogRecord({"name": "ray", "levelno": logging.WARNING,
+                                                          "levelname": "WARNING", "msg": f"({data.get('pid')}) {line}"}))
+            worker.print_to_stdstream = to_file
+        try:
+            yield
+        finally:
+            if printer is not None:
+                worker.print_to_stdstream = printer
+            ray_logger.handlers, ray_logger.propagate = saved
+            handler.close()
 
     def log(self, message: str) -> None:
         if not self.enabled:

@@ -7,7 +7,8 @@ handed as a ref to every `log_prob`, `values` and `update`; the driver fetches o
 calls need.
 
 Sync edges run at the start of each step (verl syncs right after the update; the same thing seen
-from the next generate). A rollout that shares its process with the policy syncs for free.
+from the next generate). A rollout that shares its process with the policy syncs for free; one with
+processes of its own gets the weights over a collective group, in buckets (rlgraph/runtime/weight_sync.py).
 
 When every role lives in one process, the whole step goes to that process in one call instead
 (`use_local_step`, rlgraph/runtime/step.py): the same calls, arguments and seeds, one round trip.
@@ -33,6 +34,7 @@ from rlgraph.runtime.step import (SEMANTIC_PORTS, StepResult, add_time, derive_s
                                   step_arguments)
 from rlgraph.runtime.roles import WorkerSpec, generate_call
 from rlgraph.runtime.transforms import DriverCalls
+from rlgraph.runtime.weight_sync import start_sync
 
 # Driver-made tensors up to this size go to a call by value (advantages, returns: a few KiB each).
 _BY_VALUE_BYTES = 64 * 1024
@@ -151,7 +153,10 @@ class StepDriver:
 
     def sync_weights(self) -> float:
         """Every sync edge, trained role -> rollout; seconds spent (0 for an in-place rollout, or when the
-        rollouts already hold the weights of the latest update: validation syncs before the next step does)."""
+        rollouts already hold the weights of the latest update: validation syncs before the next step does).
+
+        A rollout with processes of its own gets the weights over the edge's collective group, in buckets
+        (rlgraph/runtime/weight_sync.py); the driver only starts the calls and waits on them."""
         if self.in_sync:
             return 0.0
         self.in_sync = True
@@ -161,12 +166,20 @@ class StepDriver:
             return 0.0  # every rollout generates with its source's own module: nothing moves
         for source, target in copies:
             with ray_errors(self.lowered.actor_names):
-                # dispatch `one`: the replicas of a trained role hold the same weights, rank 0's are put
-                # into the object store once; dispatch `all`: every rollout replica loads that one object
-                state_ref = self.lowered.groups[source].one("state_dict").result()
-                pending = self.lowered.groups[target].broadcast("load_state_dict", state_ref)
-                ray.get(pending.refs())
+                edge = self.lowered.sync_edges.get((source, target))
+                if edge is not None:
+                    wait_fail_fast(start_sync(self.lowered, edge))
+                else:
+                    self.sync_through_object_store(source, target)
         return time.perf_counter() - start
+
+    def sync_through_object_store(self, source: str, target: str) -> None:
+        """The whole state dict through Ray's object store: for a rollout that shares a process with its
+        source without generating with its module (a process cannot be two ranks of the edge's group)."""
+        # dispatch `one`: the replicas of a trained role hold the same weights, rank 0's are put into the
+        # object store once; dispatch `all`: every rollout replica loads that one object
+        state_ref = self.lowered.groups[source].one("state_dict").result()
+        ray.get(self.lowered.groups[target].broadcast("load_state_dict", state_ref).refs())
 
     # --- one step ---
 

@@ -15,6 +15,10 @@ class PreflightError(RunError):
     """Found before any worker starts: a model, a data file or a reward function that cannot be used."""
 
 
+class CheckpointError(RunError):
+    """A checkpoint (or metrics.jsonl) cannot be written or read: the message names the file and the cause."""
+
+
 class PlacementError(RunError):
     """The cluster cannot host a pool: it does not fit, or its placement group did not come up in time."""
 

@@ -32,13 +32,15 @@ from rlgraph.runtime import history
 from rlgraph.runtime.cluster import ray_cluster
 from rlgraph.runtime.console import RunConsole
 from rlgraph.runtime.driver import StepDriver, derive_seed, ray_errors
-from rlgraph.runtime.errors import RunError
+from rlgraph.runtime.errors import ProcessDiedError, RunError
 from rlgraph.runtime.lowering import DEFAULT_PLACEMENT_TIMEOUT_S, Lowered, lower
 from rlgraph.runtime.metrics import METRICS_FILE, MetricsWriter, plot_curves, read_metrics
 from rlgraph.runtime.preflight import Prepared, preflight
 from rlgraph.runtime.process import rng_state, set_rng_state
 from rlgraph.runtime.roles import WorkerSpec, generate_call, worker_specs
+from rlgraph.runtime.signals import StopRequest
 from rlgraph.runtime.transforms import DriverCalls, score
+from rlgraph.runtime.update_guard import UpdateGuard
 
 TRAINED_KINDS = ("actor", "critic")
 PLACEMENT_TIMEOUT_ENV = "RLGRAPH_PLACEMENT_TIMEOUT_S"  # seconds to wait for a pool's devices (default 60)
@@ -70,6 +72,7 @@ def run_plan(
     accept_changes: bool = False,
     invocation: dict[str, Any] | None = None,
     write_inputs: Callable[[], None] | None = None,
+    stop: StopRequest | None = None,
 ) -> RunResult:
     """Train `plan`, writing into `run_dir`. Raises a RunError subclass on anything a user can fix.
 
@@ -78,7 +81,8 @@ def run_plan(
     `history.invocation`) and how it started to the run's history.jsonl.
 
     An existing Ray connection in this process is used as is (and left running); otherwise see
-    `rlgraph.runtime.cluster`.
+    `rlgraph.runtime.cluster`. With `stop` (installed by the caller, see signals.py) a signal stops the loop
+    after the step in progress, with a checkpoint of it (raises signals.Stopped).
     """
     started = time.perf_counter()
     console = console or RunConsole(enabled=False)
@@ -93,7 +97,10 @@ def run_plan(
     for note in prepared.notes:
         console.log(f"[yellow]note[/]: {note}")
 
-    resume_from = ckpt.latest_checkpoint(run_dir) if resume else None
+    ckpt.sweep(run_dir)  # what checkpoint writes and deletions cut short by a crash left
+    # verified against its manifest before Ray starts: a damaged newest checkpoint falls back to the one before
+    resume_from = ckpt.resume_checkpoint(run_dir, warn=lambda message: console.log(
+        f"[yellow]warning[/]: {escape(message)}")) if resume else None
     history.record_start(run_dir, plan.to_dict(), resume_from, accept_changes=accept_changes, invocation=invocation,
                          log=lambda message: console.log(escape(message)))
     if write_inputs is not None:  # plan.json and the spec: only once the resume check let the run start
@@ -112,34 +119,58 @@ def run_plan(
     if resume_from is not None:
         console.log(f"resuming from {resume_from.path} (step {resume_from.step})")
 
+    specs = worker_specs(plan, _model_paths(plan, prepared, resume_from))
+
+    clock = time.perf_counter()
+    with ray_cluster(plan, address) as cluster:
+        startup["startup_s/ray"] = time.perf_counter() - clock
+        if stop is not None:
+            stop.install()  # ray.init replaced the handlers with its own
+        console.log(f"ray: {cluster.mode} ({cluster.address}); starting {len(plan.processes())} process(es)")
+        timeout_s = placement_timeout_s or float(os.environ.get(PLACEMENT_TIMEOUT_ENV) or DEFAULT_PLACEMENT_TIMEOUT_S)
+        recoveries = 0
+        while True:
+            lowered = Lowered()
+            running = False  # a process that dies while the processes start is not recovered from: it would again
+            try:
+                with ray_errors(lowered.actor_names):
+                    lower(plan, specs, lowered, timeout_s=timeout_s)
+                running = True
+                startup.update({f"startup_s/{part}": seconds for part, seconds in lowered.seconds.items()})
+                trainer = Trainer(plan, lowered, specs, prepared, run_dir, console)
+                if resume_from is not None:
+                    clock = time.perf_counter()
+                    trainer.restore(resume_from)
+                    startup["startup_s/restore"] = time.perf_counter() - clock
+                startup["startup_s/total"] = time.perf_counter() - started
+                return trainer.fit(started, startup, stop=stop)
+            except ProcessDiedError as err:
+                if not running or recoveries >= plan.train.max_failures:
+                    raise
+                recoveries += 1
+                console.stop()
+                lowered.shutdown()  # every process and placement group of the run, the dead one's peers too
+                resume_from = ckpt.resume_checkpoint(run_dir, warn=lambda message: console.log(
+                    f"[yellow]warning[/]: {escape(message)}"))
+                where = f"{resume_from.path} (step {resume_from.step})" if resume_from else "the start"
+                console.log(f"[yellow]recovering[/] ({recoveries} of train.max_failures = {plan.train.max_failures}): "
+                            f"{escape(str(err).splitlines()[0])} Restarting every process and going on from {where}.")
+                specs = worker_specs(plan, _model_paths(plan, prepared, resume_from))
+                started, startup = time.perf_counter(), {"training/recoveries": recoveries}
+            finally:
+                console.stop()
+                lowered.shutdown()
+
+
+def _model_paths(plan: Plan, prepared: Prepared, resume_from: ckpt.Checkpoint | None) -> dict[str, str]:
+    """Where each role's weights load from: its model, or the trained roles' folders of the checkpoint."""
     model_paths = dict(prepared.model_paths)
     if resume_from is not None:
         for role in plan.roles:
             # a trained role the checkpoint lacks (added with --accept-changes) starts from its model
             if role.kind in TRAINED_KINDS and resume_from.model_dir(role.name).is_dir():
                 model_paths[role.name] = str(resume_from.model_dir(role.name))
-    specs = worker_specs(plan, model_paths)
-
-    clock = time.perf_counter()
-    with ray_cluster(plan, address) as cluster:
-        startup["startup_s/ray"] = time.perf_counter() - clock
-        lowered = Lowered()
-        try:
-            console.log(f"ray: {cluster.mode} ({cluster.address}); starting {len(plan.processes())} process(es)")
-            timeout_s = placement_timeout_s or float(os.environ.get(PLACEMENT_TIMEOUT_ENV) or DEFAULT_PLACEMENT_TIMEOUT_S)
-            with ray_errors(lowered.actor_names):
-                lower(plan, specs, lowered, timeout_s=timeout_s)
-            startup.update({f"startup_s/{part}": seconds for part, seconds in lowered.seconds.items()})
-            trainer = Trainer(plan, lowered, specs, prepared, run_dir, console)
-            if resume_from is not None:
-                clock = time.perf_counter()
-                trainer.restore(resume_from)
-                startup["startup_s/restore"] = time.perf_counter() - clock
-            startup["startup_s/total"] = time.perf_counter() - started
-            return trainer.fit(started, startup)
-        finally:
-            console.stop()
-            lowered.shutdown()
+    return model_paths
 
 
 class Trainer:
@@ -152,6 +183,7 @@ class Trainer:
         self.train_cfg = plan.train
         self.seed = plan.train.seed
         self.driver_calls = DriverCalls(plan, prepared.rewards)
+        self.update_guard = UpdateGuard()  # warns on skipped optimizer updates, fails a run that makes none
         self.driver = StepDriver(plan, lowered, specs, self.driver_calls)
         if self.driver.use_local_step(prepared.rewards):
             console.log("every role lives in one process: each step runs there in one call")
@@ -176,12 +208,12 @@ class Trainer:
         except ValueError as err:  # another data set, filter or seed than the checkpoint's
             raise RunError(f"cannot resume from {checkpoint.path}: {err}; or pass --no-resume to start over") from None
         self.driver_calls.load_state_dict(state.get("kl", {}))
-        set_rng_state(torch.load(checkpoint.rng_file("driver"), weights_only=True))
+        set_rng_state(checkpoint.load(checkpoint.rng_file("driver")))
         refs = []
         for process, handle in self.lowered.processes.items():
             file = checkpoint.rng_file(process)
             if file.is_file():
-                refs.append(handle.set_rng_state.remote(torch.load(file, weights_only=True)))
+                refs.append(handle.set_rng_state.remote(checkpoint.load(file)))
         for role in self._trained_roles():
             if not checkpoint.optimizer_file(role).is_file():  # a role added since (see run_plan)
                 continue
@@ -193,9 +225,10 @@ class Trainer:
 
     # --- the loop ---
 
-    def fit(self, started: float, startup: dict[str, float] | None = None) -> RunResult:
+    def fit(self, started: float, startup: dict[str, float] | None = None, stop: StopRequest | None = None) -> RunResult:
         """Train to train.steps. `startup` (startup_s/*: preflight, ray, placement, workers, data_parallel,
-        restore, total) goes into the first record this call writes."""
+        restore, total) goes into the first record this call writes. A `stop` request ends the loop after the
+        step in progress, checkpointed (raises signals.Stopped)."""
         startup = dict(startup or {})
         total = self.train_cfg.steps
         validate_every = self.train_cfg.validate_every
@@ -216,8 +249,12 @@ class Trainer:
         self.console.start(total, start_step)
         self.console.update(start_step, _last(writer.records, "critic/score/mean"), last_val)
         data = iter(self.loader)
+        stop = stop or StopRequest()
+        stop.deferring = True  # from here a signal lets the step in progress finish
         try:
             while self.step < total:
+                if stop.requested and self.step in (start_step, last_checkpoint and last_checkpoint.step):
+                    raise stop.stopped(self.step, last_checkpoint.path if last_checkpoint else None)
                 self.step += 1
                 step = self.step
                 # --- one step
@@ -244,16 +281,21 @@ class Trainer:
                     record.update(val)
                     record["timing_s/testing"] = time.perf_counter() - t
                     last_val = val.get("val/score/mean", last_val)
-                if step == total or (checkpoint_every and step % checkpoint_every == 0):
+                staged = None
+                if stop.requested or step == total or (checkpoint_every and step % checkpoint_every == 0):
                     t = time.perf_counter()
-                    last_checkpoint = self.save(step, keep, record)
+                    staged = self.stage_checkpoint(step, record)
                     record["timing_s/save_checkpoint"] = time.perf_counter() - t
-                writer.write(record)
+                writer.write(record)  # on disk before its checkpoint is published: a resume from it has the line
+                if staged is not None:
+                    last_checkpoint = staged.publish(keep)
                 self.console.update(step, record.get("critic/score/mean"), last_val)
+                self.update_guard.observe(step, record, self.console.log)
         finally:
             self.console.stop()
             writer.close()
 
+        self.update_guard.finish()
         records = writer.records
         wall = time.perf_counter() - started
         plot_curves(records, self.run_dir / "curves.png")
@@ -306,6 +348,10 @@ class Trainer:
         return [r.name for r in self.plan.roles if r.kind in TRAINED_KINDS]
 
     def save(self, step: int, keep: int, record: dict[str, Any]) -> ckpt.Checkpoint:
+        return self.stage_checkpoint(step, record).publish(keep)
+
+    def stage_checkpoint(self, step: int, record: dict[str, Any]) -> ckpt.CheckpointWriter:
+        """Step `step`'s checkpoint, written and sealed but not yet published (`.publish(keep)` does)."""
         writer = ckpt.CheckpointWriter(self.run_dir, step)
         try:
             refs = []
@@ -335,7 +381,8 @@ class Trainer:
                 "models": {role: f"{role}/" for role in self._trained_roles()},
                 "metrics": {k: v for k, v in record.items() if isinstance(v, (int, float))},
             })
-            return writer.publish(keep)
+            writer.seal()
+            return writer
         except BaseException:
             writer.abandon()
             raise

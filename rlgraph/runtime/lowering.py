@@ -26,8 +26,12 @@ from rlgraph.runtime.errors import PlacementError
 from rlgraph.runtime.group import Member, WorkerGroup
 from rlgraph.runtime.process import DeviceProcess, HostedRole
 from rlgraph.runtime.roles import WorkerSpec, sharded_roles
+from rlgraph.runtime.weight_sync import join_sync_groups
 
-DEFAULT_PLACEMENT_TIMEOUT_S = 60.0
+DEFAULT_PLACEMENT_TIMEOUT_S = 60.0  # also how long a data-parallel group's rendezvous waits for its ranks
+# how long one collective of a data-parallel group may wait for the other ranks: one rank may be generating
+# longer sequences, or writing a checkpoint, while the others are already in the next gather
+COLLECTIVE_TIMEOUT_S = 30 * 60.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,8 @@ class Lowered:
     # Ray actor id (hex) -> "process P (`role` replica i, ...) on node N of pool `p`": a process that dies
     # is named by this in the error (driver.ray_errors) rather than by its Ray id
     actor_names: dict[str, str] = field(default_factory=dict)
+    # (source, target) -> the collective group of a sync edge whose rollout has processes of its own
+    sync_edges: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     def process_of(self, role: str, replica: int = 0) -> Any:
         return next(m.handle for m in self.groups[role].members if m.replica == replica)
@@ -169,7 +175,13 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
         roles = ", ".join(f"`{role}` replica {replica}" for role, replica in w.hosted)
         lowered.actor_names[handle._actor_id.hex()] = f"process {process} ({roles}) on node {w.node} of pool `{w.pool}`"
 
-    # --- build the workers, all processes at once (this wait includes starting the processes)
+    # --- the data-parallel groups before the workers: a worker that will be sharded builds its model empty
+    # (workers/fsdp.py). This wait includes starting the processes of the groups.
+    join_data_parallel_groups(plan, lowered, pools, timeout_s)
+    lowered.seconds["data_parallel"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+
+    # --- build the workers, all processes at once (this wait includes starting the other processes)
     setups = {process: handle.setup.remote() for process, handle in lowered.processes.items()}
     for process, ref in setups.items():
         lowered.info[process] = ray.get(ref)
@@ -179,10 +191,11 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
     for role in roles:
         members = [Member(lowered.processes[p.process], p.replica, p.process) for p in plan.placements_of(role)]
         lowered.groups[role] = WorkerGroup(role, roles[role].kind, members, sharded=role in sharded)
-    lowered.seconds["workers"] = time.perf_counter() - clock  # processes started, models loaded
+    shard_data_parallel_groups(plan, lowered)
+    lowered.seconds["workers"] = time.perf_counter() - clock  # models loaded (and sharded)
     clock = time.perf_counter()
-    join_data_parallel_groups(plan, lowered, pools, timeout_s)
-    lowered.seconds["data_parallel"] = time.perf_counter() - clock
+    join_sync_groups(plan, specs, lowered, timeout_s, COLLECTIVE_TIMEOUT_S)
+    lowered.seconds["weight_sync_groups"] = time.perf_counter() - clock
     return lowered
 
 
@@ -210,21 +223,26 @@ def data_parallel_groups(plan: Plan) -> list[tuple[str, ...]]:
     return list(groups)
 
 
-def join_data_parallel_groups(plan: Plan, lowered: Lowered, pools: dict[str, PoolPlan], timeout_s: float) -> None:
+def join_data_parallel_groups(plan: Plan, lowered: Lowered, pools: dict[str, PoolPlan], rendezvous_timeout_s: float,
+                              collective_timeout_s: float = COLLECTIVE_TIMEOUT_S) -> None:
     """Start one gloo (cpu) / nccl (gpu) group per set of trained replicas, as verl's worker env does:
     rank = replica (replicas are numbered node by node, so ranks are ordered by node), world size = the
-    replicas, LOCAL_RANK = the device on its node, MASTER_ADDR:MASTER_PORT = a free port on rank 0's node."""
+    replicas, MASTER_ADDR:MASTER_PORT = a free port on rank 0's node, LOCAL_RANK = the device on its node
+    on a cpu pool, its index among the GPUs Ray shows the process on a gpu pool (`init_data_parallel`)."""
     device_of = {p.process: pools[p.pool].device for p in plan.placements}
     local_rank = {p.process: p.device for p in plan.placements}
     for group in data_parallel_groups(plan):
-        master = lowered.processes[group[0]]
-        address = lowered.info[group[0]]["node_ip"]
-        port = ray.get(master.free_port.remote())
+        address, port = ray.get(lowered.processes[group[0]].free_port.remote())
         backend = "nccl" if device_of[group[0]] == "gpu" else "gloo"
         ray.get([lowered.processes[process].init_data_parallel.remote(
-            backend, address, port, rank, len(group), local_rank[process], timeout_s)
+            backend, address, port, rank, len(group), local_rank[process], rendezvous_timeout_s, collective_timeout_s)
             for rank, process in enumerate(group)])
-        # strategy = fsdp: shard in the same order on every rank (fully_shard itself communicates nothing)
+
+
+def shard_data_parallel_groups(plan: Plan, lowered: Lowered) -> None:
+    """strategy = fsdp, once the workers are built: shard and fill from rank 0, in the same order on every rank
+    (filling broadcasts rank 0's weights)."""
+    for group in data_parallel_groups(plan):
         ray.get([lowered.processes[process].shard.remote() for process in group])
 
 

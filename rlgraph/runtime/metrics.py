@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from rlgraph.plan.model import CallPlan
+from rlgraph.runtime.checkpoint import writing
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -74,21 +76,34 @@ def batch_metrics(rollout: Any, semantic: dict[str, torch.Tensor]) -> dict[str, 
 
 
 class MetricsWriter:
-    """Appends one JSON object per step to metrics.jsonl; mirrors scalars to TensorBoard if installed."""
+    """Appends one JSON object per step to metrics.jsonl; mirrors scalars to TensorBoard if installed.
+
+    Each line is on disk (flushed and fsync'd) when `write` returns: the loop writes a step's line before
+    it publishes the step's checkpoint, so a resume from that checkpoint never misses the line, and cuts
+    the lines after the checkpoint's step (written, but their checkpoint was not), so none is doubled."""
 
     def __init__(self, run_dir: Path, keep_up_to_step: int | None) -> None:
         self.path = run_dir / METRICS_FILE
         self.records = read_metrics(self.path)
         # A resumed run rewrites the steps after its checkpoint; a fresh one starts an empty file.
         self.records = [r for r in self.records if keep_up_to_step is not None and r.get("training/global_step", 0) <= keep_up_to_step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
+        # a new file renamed over the old one: a crash here leaves one of the two whole, never half of one
+        tmp = self.path.with_name(f".{METRICS_FILE}.tmp")
+        with writing(tmp):
+            with tmp.open("w") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in self.records))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
         self.tensorboard = _tensorboard_writer(run_dir)
 
     def write(self, record: dict[str, Any]) -> None:
         record = {k: _plain(v) for k, v in record.items()}
-        self.records.append(record)
-        with self.path.open("a") as f:
+        with writing(self.path), self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())  # ~1 ms a step; what lets the checkpoint after it be published
+        self.records.append(record)
         if self.tensorboard is not None:
             step = int(record.get("training/global_step", 0))
             for key, value in record.items():

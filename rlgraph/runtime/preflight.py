@@ -118,8 +118,11 @@ def _load_rewards(plan: Plan) -> dict[str, Any]:
 
     rewards = {}
     for name, fn in plan.rewards.items():
+        guards = plan.reward_settings.get(name)
+        if guards is None:  # a Plan built by hand without them
+            raise PreflightError(f"reward `{name}` has no settings in the plan (max_invalid_fraction, timeout_s)")
         try:
-            rewards[name] = RuleReward(fn)
+            rewards[name] = RuleReward(fn, max_invalid_fraction=guards.max_invalid_fraction, timeout_s=guards.timeout_s)
         except RewardFunctionError as err:
             raise PreflightError(f"reward `{name}`: {err}") from None
     return rewards

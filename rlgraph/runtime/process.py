@@ -10,6 +10,7 @@ naming the role, replica, node and process, with the worker's own traceback.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlgraph.runtime.errors import WorkerError
+from rlgraph.runtime.errors import CheckpointError, WorkerError
 from rlgraph.runtime.roles import ALIAS, WorkerSpec
 
 
@@ -43,6 +44,7 @@ class DeviceProcess:
         self.node_ip = "?"
         self.bundle = bundle  # the placement group bundle it was scheduled on (Ray does not tell an actor)
         self.placement: dict[str, Any] = {}  # where Ray really put this process (see `where`)
+        self.sync_groups: dict[str, Any] = {}  # sync edge -> its store (rank 0), then (group, backend)
 
     # --- life cycle ---
 
@@ -51,6 +53,10 @@ class DeviceProcess:
         import torch
 
         torch.set_num_threads(self.num_threads)
+        if any(h.spec.deterministic for h in self.hosted.values()):
+            from rlgraph.workers.cuda import make_deterministic
+
+            make_deterministic()  # before any worker touches the GPU
         try:
             import ray
 
@@ -83,31 +89,45 @@ class DeviceProcess:
 
     # --- data parallel: replicas of trained roles average their gradients (workers/optim.py) ---
 
-    def free_port(self) -> int:
-        """A free TCP port on this node, for the data-parallel group's rendezvous."""
+    def free_port(self) -> tuple[str, int]:
+        """This node's IP and a free TCP port on it, for the data-parallel group's rendezvous (before `setup`)."""
         import socket
 
+        address = _node_ip()
         with socket.socket() as sock:
-            sock.bind((self.node_ip if self.node_ip != "?" else "127.0.0.1", 0))
-            return sock.getsockname()[1]
+            sock.bind((address, 0))
+            return address, sock.getsockname()[1]
 
     def init_data_parallel(self, backend: str, master_addr: str, master_port: int, rank: int, world_size: int,
-                           local_rank: int, timeout_s: float) -> None:
-        """Join the torch.distributed group of this process's trained role replicas.
+                           local_rank: int, rendezvous_timeout_s: float, collective_timeout_s: float) -> None:
+        """Join the torch.distributed group of this process's trained role replicas, before the workers are built
+        (a worker that will be sharded then builds its model empty: workers/fsdp.py).
 
-        As verl's workers do, the group comes from the environment: MASTER_ADDR/MASTER_PORT (replica 0's
-        node), RANK, WORLD_SIZE and LOCAL_RANK are set here, then `init_method="env://"` reads them.
+        As verl's workers do, MASTER_ADDR/MASTER_PORT (replica 0's node), RANK, WORLD_SIZE and LOCAL_RANK are set
+        in the environment. On a GPU, Ray shows the actor only its own device(s), so LOCAL_RANK and the current
+        device are its index among those (`visible_device_index`: 0 for one GPU), not its index on the node;
+        `local_rank` (the plan's device on the node) is kept on the CPU. The rendezvous waits
+        `rendezvous_timeout_s` for the other ranks; each collective afterwards `collective_timeout_s` (a
+        generation or a checkpoint write on one rank may keep the others waiting for minutes).
         """
         import datetime
 
         import torch.distributed as dist
 
         role = next((h.spec.role for h in self.hosted.values() if h.spec.kind in ("actor", "critic")), "?")
-        env = {"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port), "RANK": str(rank),
-               "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local_rank)}
         with self._reporting(role, f"joining its data-parallel group ({backend}, {master_addr}:{master_port})"):
-            os.environ.update(env)
-            dist.init_process_group(backend, init_method="env://", timeout=datetime.timedelta(seconds=timeout_s))
+            if backend == "nccl":
+                import ray
+                import torch
+
+                local_rank = visible_device_index(ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+                torch.cuda.set_device(local_rank)  # before the group: nccl binds its communicator to it
+            os.environ.update({"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port), "RANK": str(rank),
+                               "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local_rank)})
+            store = dist.TCPStore(master_addr, master_port, world_size, is_master=rank == 0,
+                                  timeout=datetime.timedelta(seconds=rendezvous_timeout_s))
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                    timeout=datetime.timedelta(seconds=collective_timeout_s))
 
     def shard(self) -> list[str]:
         """Shard the models of the hosted roles with strategy = fsdp over the group just joined; their names."""
@@ -115,30 +135,39 @@ class DeviceProcess:
 
         sharded = []
         for role, worker in self.workers.items():
-            if self.hosted[role].spec.worker != ALIAS and self.hosted[role].spec.strategy == "fsdp":
+            if self.hosted[role].spec.worker != ALIAS and fsdp.will_shard(self.hosted[role].spec.strategy):
                 with self._reporting(role, "sharding its model (strategy = fsdp)"):
-                    if fsdp.world_size() > 1:
-                        worker.shard()
-                        sharded.append(role)
+                    worker.shard()
+                    sharded.append(role)
         return sharded
 
     def data_parallel_info(self) -> dict[str, Any]:
-        """The torch.distributed group this process is in (empty when it is in none)."""
+        """The torch.distributed group this process is in (empty when it is in none), with its collective timeout."""
+        import torch
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()):
             return {}
-        return {"backend": dist.get_backend(), "rank": dist.get_rank(), "world_size": dist.get_world_size(),
+        backend = dist.get_backend()
+        timeout_s = None
+        with contextlib.suppress(Exception):  # torch keeps a group's timeout in private fields
+            group = dist.distributed_c10d._get_default_group()
+            options = group._get_backend(torch.device("cuda" if backend == "nccl" else "cpu")).options
+            timeout_s = options._timeout.total_seconds()
+        return {"backend": backend, "rank": dist.get_rank(), "world_size": dist.get_world_size(),
+                "timeout_s": timeout_s,
                 **{k.lower(): os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")}}
 
     # --- the one entry point for role calls ---
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> tuple[Any, float]:
         """`method` of `role`'s worker; returns (result, seconds it took in this process)."""
+        from rlgraph.workers.host import to_host
+
         with self._reporting(role, f"`{role}.{method}`"):
             start = time.perf_counter()
             result = getattr(self.workers[role], method)(*args, **kwargs)
-            return result, time.perf_counter() - start
+            return to_host(result), time.perf_counter() - start  # results cross Ray: CPU tensors only
 
     def call_many(self, calls: list[tuple[str, str, list[int], dict]], *args: Any) -> tuple[Any, ...]:
         """Several `call`s in one actor task, in order: `calls` holds (role, method, the places of its
@@ -147,6 +176,48 @@ class DeviceProcess:
         for role, method, places, kwargs in calls:
             out += self.call(role, method, *[args[i] for i in places], **kwargs)
         return tuple(out)
+
+    # --- weight sync to a rollout in other processes, over a group of its own (rlgraph/runtime/weight_sync.py) ---
+
+    def open_weight_sync_store(self, role: str, edge: str, world_size: int, timeout_s: float) -> int:
+        """Rank 0 of `edge`'s group (the source's replica 0): open its store on this node; the port."""
+        from rlgraph.workers import weight_sync
+
+        with self._reporting(role, f"opening the weight-sync group `{edge}`"):
+            store = weight_sync.open_store(self.node_ip if self.node_ip != "?" else "127.0.0.1", world_size, timeout_s)
+            self.sync_groups[edge] = store
+            return store.port
+
+    def join_weight_sync(self, role: str, edge: str, host: str, port: int, rank: int, world_size: int, backend: str,
+                         rendezvous_timeout_s: float, collective_timeout_s: float) -> None:
+        from rlgraph.workers import weight_sync
+
+        with self._reporting(role, f"joining the weight-sync group `{edge}` ({backend}, {host}:{port}, rank {rank})"):
+            store = self.sync_groups.pop(edge, None) if rank == 0 else None
+            group = weight_sync.open_group(host, port, rank, world_size, backend, store=store,
+                                           rendezvous_timeout_s=rendezvous_timeout_s,
+                                           collective_timeout_s=collective_timeout_s)
+            self.sync_groups[edge] = (group, backend)
+
+    def send_weights(self, role: str, edge: str | None, bucket_bytes: int | None = None) -> int:
+        """Stream `role`'s weights to `edge`'s rollouts; bytes sent. `edge` None: a rank of a sharded source
+        outside the group, which only takes part in the gathers."""
+        from rlgraph.workers import weight_sync
+
+        with self._reporting(role, f"sending its weights over `{edge}`" if edge else "gathering its weights"):
+            group, backend = self.sync_groups[edge] if edge else (None, "gloo")
+            send = weight_sync.broadcaster(group) if group is not None else None
+            return weight_sync.send_weights(self.workers[role].module, send, cap=bucket_bytes or weight_sync.BUCKET_BYTES,
+                                            device=weight_sync.transport_device(backend))
+
+    def receive_weights(self, role: str, edge: str) -> int:
+        """Load the weights streamed over `edge` into `role`'s rollout, bucket by bucket; bytes received."""
+        from rlgraph.workers import weight_sync
+
+        with self._reporting(role, f"receiving weights over `{edge}`"):
+            group, backend = self.sync_groups[edge]
+            return weight_sync.receive_weights(weight_sync.broadcaster(group), self.workers[role].load_weights,
+                                               device=weight_sync.transport_device(backend))
 
     # --- the whole step in this process (every role of the plan lives here: rlgraph/runtime/step.py) ---
 
@@ -166,20 +237,36 @@ class DeviceProcess:
         """The role's weights as an HF folder; its optimizer + LR-scheduler state to `optimizer_file`."""
         import torch
 
+        from rlgraph.runtime.checkpoint import writing  # an I/O error: a CheckpointError naming the file
+
         with self._reporting(role, f"saving a checkpoint to {model_dir}"):
             worker = self.workers[role]
             # A sharded worker gathers in both calls (same order on every rank) and hands rank 0 the state.
             state = worker.optimizer_state() if optimizer_file and getattr(worker, "optim", None) else None
-            worker.save(model_dir)
+            with writing(model_dir):
+                worker.save(model_dir)
             if state:
-                Path(optimizer_file).parent.mkdir(parents=True, exist_ok=True)
-                torch.save(state, optimizer_file)
+                # through a Python file: torch's own writer fails with "basic_ios::clear", no cause
+                with writing(optimizer_file):
+                    Path(optimizer_file).parent.mkdir(parents=True, exist_ok=True)
+                    with open(optimizer_file, "wb") as f:
+                        torch.save(state, f)
 
     def load_optimizer(self, role: str, optimizer_file: str) -> None:
+        """Onto the CPU first, whatever device wrote it (the optimizer moves each tensor to its parameter's);
+        memory-mapped, so pages are read as they are used. Sharded, rank 0 alone reads the file and sends
+        every rank its shards (workers/fsdp.py `load_optimizer_state`); the others pass None."""
         import torch
 
+        from rlgraph.workers import fsdp
+
         with self._reporting(role, f"loading the optimizer state from {optimizer_file}"):
-            self.workers[role].load_optimizer_state(torch.load(optimizer_file, weights_only=True))
+            worker = self.workers[role]
+            state = None
+            if not getattr(worker, "sharded", False) or fsdp.rank() == 0:
+                # checkpoint files are written whole and renamed, never rewritten in place: the mapping stays valid
+                state = torch.load(optimizer_file, map_location="cpu", mmap=True, weights_only=True)
+            worker.load_optimizer_state(state)
 
     def rng_state(self) -> dict[str, Any]:
         return rng_state()
@@ -204,10 +291,38 @@ class _Reporting:
         return None
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc is None or isinstance(exc, WorkerError):
+        if exc is None or isinstance(exc, (WorkerError, CheckpointError)):  # already say what and where
             return False
         text = "".join(traceback.format_exception(exc_type, exc, tb))
         raise WorkerError(*self.where, f"{exc_type.__name__}: {exc}", text) from None
+
+
+def visible_device_index(gpu_ids: list[Any], cuda_visible_devices: str | None) -> int:
+    """The index, in this process's numbering (cuda:<index>), of the first GPU that Ray gave it.
+
+    Ray sets CUDA_VISIBLE_DEVICES to the actor's own GPU ids, so its first GPU is cuda:0 whatever its index on
+    the node; where Ray leaves CUDA_VISIBLE_DEVICES alone (unset, or RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES),
+    it is the id within what the process sees."""
+    if not gpu_ids:
+        raise RuntimeError("this process has no GPU from Ray, but its data-parallel group uses nccl: "
+                           "give the pool `device = gpu` and one GPU per bundle")
+    first = str(gpu_ids[0])
+    visible = [d.strip() for d in (cuda_visible_devices or "").split(",") if d.strip()]
+    if not visible:
+        return int(first)
+    if first not in visible:
+        raise RuntimeError(f"Ray gave this process GPU {first}, which is not in CUDA_VISIBLE_DEVICES "
+                           f"({cuda_visible_devices}); do not set CUDA_VISIBLE_DEVICES inside the workers")
+    return visible.index(first)
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # not under Ray (a unit test)
+        return "127.0.0.1"
 
 
 def _ray_placement() -> dict[str, Any]:

@@ -33,6 +33,7 @@ class WorkerSpec:
     settings: Any = None  # the role's resolved settings (rlgraph.contract.settings)
     seed: int = 0
     alias_of: str | None = None
+    deterministic: bool = False  # train.deterministic: set up before the worker touches a GPU
 
     @property
     def strategy(self) -> str:
@@ -60,7 +61,8 @@ def worker_specs(plan: Plan, model_paths: dict[str, str]) -> dict[str, WorkerSpe
             specs[role.name] = WorkerSpec(role.name, role.kind, ALIAS, alias_of=host)
             continue
         specs[role.name] = WorkerSpec(role.name, role.kind, WORKERS[role.kind], model_paths.get(role.name),
-                                      role.settings, plan.train.seed + 1000 * index)
+                                      role.settings, plan.train.seed + 1000 * index,
+                                      deterministic=plan.train.deterministic)
     return specs
 
 

@@ -185,11 +185,14 @@ _PLACEMENT = {
     "colocate": Key(Ref("role"), "share the devices (and processes) of this role instead of a pool"),
 }
 _MODEL = {"model": Key(Ref("model"), "the model this role holds")}
+_FROZEN_DTYPE = Key(Choice(DTYPES), "dtype of the weights and of the computation", "fp32")
 _TRAINED = {
     "strategy": Key(Choice(("ddp", "fsdp")), "data-parallel strategy: ddp replicates, fsdp shards", "ddp"),
-    "dtype": Key(Choice(DTYPES), "parameter dtype; bf16/fp16 train in mixed precision with fp32 master weights",
-                 "fp32"),
+    "dtype": Key(Choice(DTYPES), "compute dtype; bf16 trains in mixed precision (fp32 master weights, gradients "
+                 "and AdamW state); fp16 cannot train (no loss scaling)", "fp32"),
     "micro_batch": Key(Int(min=1, max=MAX_BATCH), "samples per device per forward pass (gradient accumulation)"),
+    "gradient_checkpointing": Key(Bool(), "recompute each transformer block's activations in backward instead of "
+                                  "keeping them: less memory, about a third more compute", False),
 }
 
 # Keys each role kind accepts. The block keyword is always `role`; `kind` picks
@@ -200,9 +203,11 @@ ROLE_KEYS: dict[str, dict[str, Key]] = {
     "critic": {**_MODEL, **_PLACEMENT, **_TRAINED,
                "head": Key(Choice(("value",)), "the head put on the backbone", "value")},
     "ref": {**_MODEL, **_PLACEMENT,
-            "dtype": _TRAINED["dtype"], "micro_batch": _TRAINED["micro_batch"]},
+            "dtype": _FROZEN_DTYPE, "micro_batch": _TRAINED["micro_batch"]},
     "reward_model": {**_MODEL, **_PLACEMENT,
-                     "dtype": _TRAINED["dtype"], "micro_batch": _TRAINED["micro_batch"]},
+                     "dtype": _FROZEN_DTYPE, "micro_batch": _TRAINED["micro_batch"],
+                     "retokenize": Key(Bool(), "decode the responses and tokenize the text with the reward "
+                                       "model's own tokenizer (a reward model of another model family)", False)},
     "rollout": {**_MODEL, **_PLACEMENT,
                 "engine": Key(Choice(("hf", "sglang")), "generation engine: hf (CPU/GPU) or sglang (GPU)", "hf"),
                 "n": Key(Int(min=1, max=4096), "samples per prompt", 1),
@@ -212,7 +217,7 @@ ROLE_KEYS: dict[str, dict[str, Key]] = {
                 "max_new_tokens": Key(Int(min=1), "the most tokens a response may have", 32),
                 "tp": Key(Int(min=1, max=MAX_DEVICES_PER_NODE), "tensor-parallel devices per rollout replica", 1),
                 "memory_fraction": Key(Float(0.0, 1.0), "share of device memory the engine may take (GPU)", 0.5),
-                "dtype": _TRAINED["dtype"]},
+                "dtype": _FROZEN_DTYPE},
 }
 _ALL_ROLE_KEYS = {"kind": Key(Choice(ROLE_KINDS), "the role's kind; defaults to its name")}
 for _keys in ROLE_KEYS.values():
@@ -239,6 +244,10 @@ BLOCKS: dict[str, BlockSchema] = {
     "reward": BlockSchema("a rule reward: a Python function `module:function`", keys={
         "fn": Key(Str(), "`module:function` with signature (data_source, solution_str, ground_truth, extra_info)",
                   required=True),
+        "max_invalid_fraction": Key(Float(0.0, 1.0), "share of a batch's rows that may get no usable score (NaN, "
+                                    "inf, not a number): those rows are left out of the update; more is an error",
+                                    0.0),
+        "timeout_s": Key(Float(min=0.001), "the most seconds one call of the function (one row) may take", 60.0),
     }),
     "data": BlockSchema("the prompts", named=False, keys={
         "train": Key(Str(), "training prompts: parquet/jsonl path or `builtin:arith/train`", required=True),
@@ -256,5 +265,9 @@ BLOCKS: dict[str, BlockSchema] = {
         "val_samples": Key(Int(min=1), "samples per validation prompt (reports mean@N and best@N)", 1),
         "checkpoint_every": Key(Int(min=0), "checkpoint every k steps (0 = only at the end)", 0),
         "keep_checkpoints": Key(Int(min=1), "how many recent checkpoints to keep", 2),
+        "max_failures": Key(Int(min=0), "worker-process deaths the run recovers from by itself: it restarts "
+                            "the processes and goes on from the latest checkpoint (0 = stop at the first)", 3),
+        "deterministic": Key(Bool(), "GPU: deterministic kernels, so a resumed run repeats bit for bit "
+                             "(slower; CPU runs always are)", False),
     }),
 }

@@ -8,9 +8,11 @@ from typing import Any
 import torch
 
 from rlgraph.contract.settings import CriticSettings, CriticUpdateSettings, ForwardSettings
+from rlgraph.workers.activations import checkpoint_blocks
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.optim import Optimization, micro_batches, shuffle_generator
-from rlgraph.workers.loading import as_dtype, default_device
+from rlgraph.workers.loading import default_device
+from rlgraph.workers.precision import Precision
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 
@@ -28,14 +30,22 @@ class CriticWorker:
         from transformers import AutoModel
 
         from rlgraph.models import resolve_model_path
+        from rlgraph.workers import fsdp
 
         self.device = default_device(device)
         self.settings = settings
         self.strategy = settings.strategy  # "fsdp": `shard()` once the data-parallel group is up
         self.sharded = False
+        # bf16: fp32 master weights here, bf16 compute in the body's forward passes (workers/precision.py)
+        self.precision = Precision.for_role(settings.dtype, trained=True, role="critic")
         path = resolve_model_path(model_path)
-        self.backbone = AutoModel.from_pretrained(path, dtype=as_dtype(settings.dtype)).to(self.device)
+        if fsdp.will_shard(self.strategy):  # on the meta device; rank 0 alone reads the weights, `shard()` fills it
+            self.backbone = fsdp.empty_pretrained(AutoModel, path, self.precision.param_dtype, self.device)
+        else:
+            self.backbone = AutoModel.from_pretrained(path, dtype=self.precision.param_dtype).to(self.device)
         self.backbone.eval()  # no dropout: values at rollout time and in the update must agree
+        if settings.gradient_checkpointing:
+            checkpoint_blocks(self.backbone)  # HF's own checkpointing would not engage in eval mode
         self.value_head = torch.nn.Linear(self.backbone.config.hidden_size, 1).to(self.device)
         torch.nn.init.zeros_(self.value_head.weight)
         torch.nn.init.zeros_(self.value_head.bias)
@@ -51,7 +61,8 @@ class CriticWorker:
         """strategy = fsdp: shard body and head over the data-parallel group (see workers/fsdp.py)."""
         from rlgraph.workers import fsdp
 
-        fsdp.shard(self.backbone, self.value_head)
+        fsdp.shard(self.backbone, mp_policy=self.precision.fsdp_policy())
+        fsdp.shard(self.value_head)  # the head stays fp32, as in `predict`
         self.sharded = True
         self.optim.set_params(self._both().parameters())
 
@@ -62,13 +73,15 @@ class CriticWorker:
     def predict(self, rollout: Rollout) -> torch.Tensor:
         """Values before each response token, with grad; 0 off the loss mask. (batch, R)"""
         rollout = rollout.to(self.device)
-        hidden = self.backbone(
-            input_ids=rollout.input_ids,
-            attention_mask=rollout.attention_mask,
-            position_ids=rollout.position_ids,
-            use_cache=False,
-        ).last_hidden_state  # (batch, P + R, hidden)
+        with self.precision.compute(self.device, sharded=self.sharded):
+            hidden = self.backbone(
+                input_ids=rollout.input_ids,
+                attention_mask=rollout.attention_mask,
+                position_ids=rollout.position_ids,
+                use_cache=False,
+            ).last_hidden_state  # (batch, P + R, hidden)
         hidden = hidden[:, -rollout.response_length - 1 : -1].float()  # (batch, R, hidden)
+        # The head in fp32: one small matmul, and bf16 would round the values (regression targets) to 3 digits.
         values = self.value_head(hidden).squeeze(-1)  # (batch, R)
         return values * rollout.loss_mask
 
@@ -114,6 +127,7 @@ class CriticWorker:
         )
         metrics["critic/grad_norm"] = metrics.pop("grad_norm")
         metrics["critic/lr"] = metrics.pop("lr")
+        metrics["critic/skipped_update_frac"] = metrics.pop("skipped_update_frac")
         return metrics
 
     # --- weights and checkpoints ---

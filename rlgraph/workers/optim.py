@@ -7,6 +7,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+GRADIENT_BUCKET_BYTES = 25 * 1024 * 1024  # per all-reduce of `average_gradients`: DDP's default bucket
+
 # loss_fn(row indices of one micro-batch) -> (scalar loss, {metric name: float})
 MicroBatchLoss = Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
 
@@ -65,7 +67,8 @@ class Optimization:
         """One training step: `epochs` passes over shuffled mini-batches, one optimizer step per mini-batch.
 
         Each micro-batch's loss is scaled by its share of the mini-batch before `backward`, so the summed
-        gradient is that of the mini-batch mean. Metrics are averaged over mini-batches.
+        gradient is that of the mini-batch mean. Metrics are averaged over mini-batches;
+        `skipped_update_frac` is the share of them whose update was skipped (`clip_and_step`).
         """
         mini_batch_size = mini_batch_size or batch_size
         micro_batch_size = micro_batch_size or mini_batch_size
@@ -87,6 +90,7 @@ class Optimization:
                     totals[name] = totals.get(name, 0.0) + share * float(value)
             grad_norm = self.clip_and_step()
             totals["grad_norm"] = totals.get("grad_norm", 0.0) + grad_norm
+            totals["skipped_update_frac"] = totals.get("skipped_update_frac", 0.0) + (not math.isfinite(grad_norm))
             num_steps += 1
         self.scheduler.step()
         averaged = {name: value / num_steps for name, value in totals.items()}
@@ -134,28 +138,53 @@ class Optimization:
             group["lr"] = lr * schedule(self.scheduler.last_epoch)
 
 
-def average_gradients(params: list[torch.nn.Parameter]) -> None:
+def average_gradients(params: list[torch.nn.Parameter], bucket_bytes: int | None = None) -> None:
     """All-reduce the mean gradient when this process is one rank of a data-parallel group.
 
     The runtime starts the group (`torch.distributed.init_process_group`) in every replica of a role;
     each replica then updates on its own chunk of the batch (`Rollout.split`) and all stay identical,
     as under DDP. Without a group (one replica) this does nothing.
+
+    Gradients go in buckets of at most `bucket_bytes` (GRADIENT_BUCKET_BYTES), as DDP's do: the flat copy
+    of one bucket is all the extra memory, where one flat copy of every gradient would double it. A
+    gradient larger than a bucket is reduced in place, in slices.
     """
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return
-    buckets: dict[torch.dtype, list[torch.Tensor]] = {}
+    cap = bucket_bytes or GRADIENT_BUCKET_BYTES
+    world = dist.get_world_size()
     for p in params:
         if p.grad is None:  # a rank whose micro-batches never reached this parameter
             p.grad = torch.zeros_like(p)
-        buckets.setdefault(p.grad.dtype, []).append(p.grad)
-    for grads in buckets.values():  # one all-reduce per dtype, of all gradients flattened
+    for grads in gradient_buckets([p.grad for p in params], cap):
+        if len(grads) == 1 and grads[0].is_contiguous():
+            flat = grads[0].view(-1)
+            for part in flat.split(max(1, cap // flat.element_size())):
+                dist.all_reduce(part)
+            flat /= world
+            continue
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat)
-        flat /= dist.get_world_size()
+        flat /= world
         for grad, chunk in zip(grads, flat.split([g.numel() for g in grads])):
             grad.copy_(chunk.view_as(grad))
+
+
+def gradient_buckets(grads: list[torch.Tensor], cap: int) -> Iterator[list[torch.Tensor]]:
+    """Consecutive gradients of one dtype, at most `cap` bytes together (a larger gradient alone)."""
+    bucket: list[torch.Tensor] = []
+    size = 0
+    for grad in grads:
+        nbytes = grad.numel() * grad.element_size()
+        if bucket and (size + nbytes > cap or grad.dtype != bucket[0].dtype):
+            yield bucket
+            bucket, size = [], 0
+        bucket.append(grad)
+        size += nbytes
+    if bucket:
+        yield bucket
 
 
 def minibatches(

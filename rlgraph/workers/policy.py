@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from pathlib import Path
 from typing import Any
@@ -10,10 +11,14 @@ import torch
 
 from rlgraph.contract.settings import (ActorSettings, ActorUpdateSettings, GenerateSettings, LogProbSettings,
                                        RefSettings)
+from rlgraph.workers.activations import checkpoint_blocks
 from rlgraph.workers.batch import Rollout
+from rlgraph.workers.cuda import free_cached_memory
 from rlgraph.workers.engines.hf import HFEngine
 from rlgraph.workers.loading import as_dtype, default_device, load_causal_lm  # noqa: F401 (re-exported)
+from rlgraph.workers.logits import token_log_probs
 from rlgraph.workers.optim import Optimization, micro_batches, shuffle_generator
+from rlgraph.workers.precision import Precision, computes, in_compute
 from rlgraph.workers.rollout import generate_rollout
 
 
@@ -29,9 +34,17 @@ class PolicyWorker:
         self.strategy = settings.strategy  # "fsdp": `shard()` once the data-parallel group is up
         self.sharded = False
         self.device = default_device(device)
-        self.module, self.tokenizer = load_causal_lm(model_path, as_dtype(settings.dtype), self.device)
+        # trained in bf16: fp32 master weights here, bf16 compute in forward passes (workers/precision.py)
+        self.precision = Precision.for_role(settings.dtype, trained=self.trainable, role="actor")
+        from rlgraph.workers import fsdp
+
+        # sharded: built on the meta device, rank 0 alone reads the weights and `shard()` hands out the shards
+        load = fsdp.load_causal_lm_empty if fsdp.will_shard(self.strategy) else load_causal_lm
+        self.module, self.tokenizer = load(model_path, self.precision.param_dtype, self.device)
         # Dropout off in every role: the ratio new/old must compare the same function.
         self.module.eval()
+        if self.trainable and settings.gradient_checkpointing:
+            checkpoint_blocks(self.module)  # HF's own checkpointing would not engage in eval mode
         self.shuffle_generator = torch.Generator().manual_seed(seed)
         self.sample_generator = torch.Generator().manual_seed(seed + 1)
         self.engine = HFEngine(self.module, self.tokenizer)  # shares the module: samples from the current weights
@@ -45,7 +58,7 @@ class PolicyWorker:
         """strategy = fsdp: shard the model over the data-parallel group (see workers/fsdp.py)."""
         from rlgraph.workers import fsdp
 
-        fsdp.shard(self.module)
+        fsdp.shard(self.module, mp_policy=self.precision.fsdp_policy())
         self.sharded = True
         self.engine.synced = True  # every rank steps `generate` until all ranks are done
         if self.optim is not None:
@@ -53,11 +66,12 @@ class PolicyWorker:
 
     # --- scoring ---
 
-    def response_logits(self, rollout: Rollout, temperature: float = 1.0) -> torch.Tensor:
-        """Logits that predict each response token, divided by the sampling temperature. (batch, R, vocab)"""
-        return response_logits(self.module, rollout.to(self.device), temperature)
+    def response_logits(self, rollout: Rollout) -> torch.Tensor:
+        """Raw logits that predict each response token, in the model's dtype. (batch, R, vocab)"""
+        return response_logits(self.module, rollout.to(self.device))
 
     @torch.no_grad()
+    @computes
     def log_prob(self, rollout: Rollout, *, settings: LogProbSettings,
                  with_entropy: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """log pi(response_t | prompt, response_<t) in float32, (batch, R); with entropy if asked.
@@ -65,15 +79,15 @@ class PolicyWorker:
         Positions off the loss mask (padding, inserted tokens) hold whatever the model says there;
         consumers apply `rollout.loss_mask`.
         """
-        from rlgraph.algos import entropy_from_logits
-
         log_probs, entropies = [], []
         for rows in micro_batches(len(rollout), settings.micro_batch):
             part = rollout.select(rows)
-            logits = self.response_logits(part, settings.temperature)  # (micro, R, vocab)
-            log_probs.append(gather_log_probs(logits, part.responses.to(self.device)).cpu())
+            logits = self.response_logits(part)  # (micro, R, vocab)
+            log_prob, entropy = token_log_probs(logits, part.responses.to(self.device), settings.temperature,
+                                                with_entropy=with_entropy)  # (micro, R) each
+            log_probs.append(log_prob.cpu())
             if with_entropy:
-                entropies.append(entropy_from_logits(logits).cpu())
+                entropies.append(entropy.cpu())
         log_prob = torch.cat(log_probs)  # (batch, R)
         return (log_prob, torch.cat(entropies)) if with_entropy else log_prob
 
@@ -93,7 +107,7 @@ class PolicyWorker:
         """One PPO training step on this rollout (`settings.mini_batch_size` and `micro_batch` count samples).
 
         `old_log_prob` None: the log-probs kept at sampling time (`rollout.sample_log_probs`)."""
-        from rlgraph.algos import AGG_MODES, KL_KINDS, agg_loss, entropy_from_logits, get_policy_loss, kl_penalty
+        from rlgraph.algos import AGG_MODES, KL_KINDS, agg_loss, get_policy_loss, kl_penalty
 
         if settings.loss_agg not in AGG_MODES:
             raise ValueError(f"unknown loss_agg {settings.loss_agg!r}; expected one of {', '.join(AGG_MODES)}")
@@ -118,8 +132,10 @@ class PolicyWorker:
         def micro_batch_loss(rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             part = rollout.select(rows)
             mask = part.loss_mask  # (micro, R): inserted tokens are attended to, not trained on
-            logits = self.response_logits(part, settings.temperature)  # (micro, R, vocab)
-            log_prob = gather_log_probs(logits, part.responses)  # (micro, R)
+            logits = self.response_logits(part)  # (micro, R, vocab)
+            # the entropy is a gradient term only with a coefficient; else a metric (no backward work)
+            log_prob, entropy = token_log_probs(logits, part.responses, settings.temperature, with_entropy=True,
+                                                entropy_grad=settings.entropy_coeff != 0)  # (micro, R) each
             pg_loss, metrics = policy_loss_fn(
                 old_log_prob[rows],
                 log_prob,
@@ -132,12 +148,9 @@ class PolicyWorker:
             )
             metrics["actor/pg_loss"] = pg_loss.item()
             loss = pg_loss
+            entropy = agg_loss(entropy, mask, agg)
             if settings.entropy_coeff != 0:
-                entropy = agg_loss(entropy_from_logits(logits), mask, agg)
                 loss = loss - settings.entropy_coeff * entropy
-            else:
-                with torch.no_grad():
-                    entropy = agg_loss(entropy_from_logits(logits.detach()), mask, agg)
             metrics["actor/entropy"] = entropy.item()
             if use_kl_loss:
                 kl_loss = agg_loss(kl_penalty(log_prob, ref_log_prob[rows], settings.kl_kind), mask, agg)
@@ -147,7 +160,7 @@ class PolicyWorker:
 
         metrics = self.optim.run_epochs(
             len(rollout),
-            micro_batch_loss,
+            in_compute(self, micro_batch_loss),  # backward and the optimizer step run outside
             epochs=settings.epochs,
             mini_batch_size=settings.mini_batch_size,
             micro_batch_size=settings.micro_batch,
@@ -155,15 +168,25 @@ class PolicyWorker:
         )
         metrics["actor/grad_norm"] = metrics.pop("grad_norm")
         metrics["actor/lr"] = metrics.pop("lr")
+        metrics["actor/skipped_update_frac"] = metrics.pop("skipped_update_frac")
         return metrics
 
     # --- rollout (hybrid engine: samples from this worker's own weights) ---
 
+    @computes
     def generate(self, items: list[dict], *, settings: GenerateSettings, seed: int | torch.Generator | None = None,
                  uid_offset: int = 0, policy_version: int = 0) -> Rollout:
         """`generate_rollout` on this worker's weights; without a seed, draws one from the worker's seed."""
-        return generate_rollout(self.engine, items, settings, seed=self.sample_generator if seed is None else seed,
-                                uid_offset=uid_offset, policy_version=policy_version)
+        from rlgraph.workers import fsdp
+
+        # sharded: every block gathered once for the whole call, not once per decoded token
+        with fsdp.unsharded(self.module) if self.sharded else contextlib.nullcontext():
+            rollout = generate_rollout(self.engine, items, settings,
+                                       seed=self.sample_generator if seed is None else seed,
+                                       uid_offset=uid_offset, policy_version=policy_version)
+        if self.trainable:
+            free_cached_memory(self.device)  # generation's KV-cache blocks go back before training needs the room
+        return rollout
 
     # --- weights and checkpoints ---
 
@@ -216,13 +239,12 @@ class PolicyWorker:
             self.optim.load_state_dict(state)
 
 
-def response_logits(module: torch.nn.Module, rollout: Rollout, temperature: float = 1.0) -> torch.Tensor:
-    """Logits at positions P-1 .. P+R-2, the ones that predict the response tokens. (batch, R, vocab)
+def response_logits(module: torch.nn.Module, rollout: Rollout) -> torch.Tensor:
+    """Logits at positions P-1 .. P+R-2, the ones that predict the response tokens, in the model's dtype (the
+    float32 work on them is done a chunk at a time: workers/logits.py). (batch, R, vocab)
 
     position_ids come from the attention mask, so left padding does not shift the rotary positions.
     """
-    if temperature <= 0:
-        raise ValueError(f"log-probs need a sampling temperature > 0, got {temperature} (greedy has no log-probs)")
     response_len = rollout.response_length
     kwargs = {}
     if _accepts_logits_to_keep(module):
@@ -234,14 +256,7 @@ def response_logits(module: torch.nn.Module, rollout: Rollout, temperature: floa
         use_cache=False,
         **kwargs,
     )
-    logits = output.logits[:, -response_len - 1 : -1].float()  # (batch, R, vocab)
-    return logits / temperature if temperature != 1.0 else logits
-
-
-def gather_log_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """log_softmax(logits)[token] per position, in float32. (batch, R)"""
-    log_probs = torch.log_softmax(logits.float(), dim=-1)
-    return log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return output.logits[:, -response_len - 1 : -1]  # (batch, R, vocab)
 
 
 _LOGITS_TO_KEEP: dict[type, bool] = {}

@@ -1,84 +1,112 @@
-"""Rule rewards: a user function `fn(data_source, solution_str, ground_truth, extra_info) -> float`, per sample."""
+"""Rule rewards: a user function `fn(data_source, solution_str, ground_truth, extra_info) -> float`, per sample.
+
+What the function returns must be a finite number (`as_score`); a row that gets anything else (NaN, inf,
+a string, None) has no usable score. By default that is an error naming the row; `max_invalid_fraction`
+lets up to that share of a batch go unscored, and those rows are reported (`RewardScores.valid`) so the
+step leaves them out of the update. With `timeout_s` the function runs in a process of its own
+(rlgraph/workers/reward_process.py): a row past the timeout, or a function that ends its process, is an
+error naming the row instead of a hung or vanished run.
+"""
 
 from __future__ import annotations
 
-import importlib
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from rlgraph.workers.batch import Rollout
+from rlgraph.workers.reward_process import (RewardFn, RewardFunctionError, RewardProcess, RewardProcessError,
+                                            load_reward_fn, score_rows, shown)
 
-RewardFn = Callable[..., float]
-
-
-class RewardFunctionError(Exception):
-    """A reward function could not be loaded, or raised / returned something unusable for a sample."""
+__all__ = ["RewardFunctionError", "RewardScores", "RuleReward", "load_reward_fn"]
 
 
-def load_reward_fn(spec: str) -> RewardFn:
-    """Import `"package.module:function"` and return the function."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise RewardFunctionError(
-            f"reward function {spec!r} must be written as 'module:function', e.g. 'rlgraph.tasks.arith:exact_match'"
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        raise RewardFunctionError(f"reward function {spec!r}: module {module_name!r} not found ({err})") from err
-    except Exception as err:
-        raise RewardFunctionError(
-            f"reward function {spec!r}: importing module {module_name!r} failed with {type(err).__name__}: {err}"
-        ) from err
-    fn = module
-    for part in attr.split("."):
-        if not hasattr(fn, part):
-            raise RewardFunctionError(f"reward function {spec!r}: module {module_name!r} has no attribute {attr!r}")
-        fn = getattr(fn, part)
-    if not callable(fn):
-        raise RewardFunctionError(
-            f"reward function {spec!r}: {module_name}.{attr} is a {type(fn).__name__}, not callable"
-        )
-    return fn
+@dataclass
+class RewardScores:
+    token_level_scores: torch.Tensor  # (batch, R) float32: each row's score on its reward_index, 0 elsewhere
+    valid: torch.Tensor  # (batch,) bool: False where the function gave no usable score (the score is 0 there)
+
+    @property
+    def num_invalid(self) -> int:
+        return int((~self.valid).sum())
 
 
 class RuleReward:
-    """token_level_scores for a rollout: each sample's score on its `reward_index` column, 0 elsewhere."""
+    """token_level_scores for a rollout: each sample's score on its `reward_index` column, 0 elsewhere.
 
-    def __init__(self, fn: RewardFn | str) -> None:
+    `timeout_s=None` runs the function in this process, without a timeout (tests, benchmarks); the runtime
+    always gives one, so a user's function runs in a process of its own.
+    """
+
+    def __init__(self, fn: RewardFn | str, *, max_invalid_fraction: float = 0.0, timeout_s: float | None = None) -> None:
+        # loaded here too when given by name, so a missing module is found before anything starts
         self.fn = load_reward_fn(fn) if isinstance(fn, str) else fn
+        self.spec = fn
         if isinstance(fn, str):
             self.name = fn
         else:
             self.name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+        self.max_invalid_fraction = max_invalid_fraction
+        self.timeout_s = timeout_s
+        self._process: RewardProcess | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_process": None}  # a copy in another process starts its own child
+
+    def close(self) -> None:
+        if self._process is not None:
+            self._process.close()
 
     def score(self, rollout: Rollout) -> torch.Tensor:
         """(batch, R) float32 with the score at `rollout.reward_index` of each row (one model turn: its last token)."""
-        scores = torch.tensor([self.score_row(rollout, row) for row in range(len(rollout))], dtype=torch.float32)
+        return self.score_rows(rollout).token_level_scores
+
+    def score_rows(self, rollout: Rollout) -> RewardScores:
+        """The scores, and which rows have one; raises RewardFunctionError when the function raises, hangs or
+        exits, or when more rows than `max_invalid_fraction` allows get no usable score."""
+        rows = list(zip(rollout.data_source, rollout.response_text, rollout.ground_truth, rollout.extra_info))
+        if self.timeout_s is None:
+            values, error = score_rows(self.fn, rows)
+        else:
+            if self._process is None:
+                self._process = RewardProcess(self.spec, self.name, self.timeout_s)
+            try:
+                values, error = self._process.score(rows)
+            except RewardProcessError as err:
+                where = "" if err.row is None else f" ({describe_row(rollout, err.row)})"
+                raise RewardFunctionError(f"{err}{where}") from None
+        if error is not None:
+            row, what, line, exc = error
+            raise RewardFunctionError(
+                f"reward function {self.name} raised {what} on row {row} ({describe_row(rollout, row)}), at {line}"
+            ) from exc
+        invalid = [row for row, value in enumerate(values) if isinstance(value, str)]
+        if len(invalid) > self.max_invalid_fraction * len(rows):
+            row = invalid[0]
+            allowed = (f"max_invalid_fraction = {self.max_invalid_fraction:g} allows {int(self.max_invalid_fraction * len(rows))}"
+                       if self.max_invalid_fraction else "max_invalid_fraction = 0 allows none")
+            raise RewardFunctionError(
+                f"reward function {self.name} returned {values[row]} on row {row} ({describe_row(rollout, row)}), "
+                f"which is not a usable score (a finite number); {len(invalid)} of {len(rows)} rows had none "
+                f"(rows {_first_rows(invalid)}). {allowed}: fix the function, or raise `max_invalid_fraction` in "
+                "the reward's block to leave up to that share of a batch's rows out of the update."
+            )
+        valid = torch.ones(len(rows), dtype=torch.bool)
+        valid[invalid] = False
+        scores = torch.tensor([0.0 if isinstance(v, str) else v for v in values], dtype=torch.float32)
         token_level_scores = torch.zeros(rollout.responses.shape, dtype=torch.float32)  # (batch, R)
         token_level_scores[torch.arange(len(rollout)), rollout.reward_index.cpu()] = scores
-        return token_level_scores
+        return RewardScores(token_level_scores, valid)
 
-    def score_row(self, rollout: Rollout, row: int) -> float:
-        args = (
-            rollout.data_source[row],
-            rollout.response_text[row],
-            rollout.ground_truth[row],
-            rollout.extra_info[row],
-        )
-        try:
-            value = self.fn(*args)
-        except Exception as err:
-            raise RewardFunctionError(
-                f"reward function {self.name} raised {type(err).__name__}: {err} on row {row} "
-                f"(data_source={args[0]!r}, solution_str={args[1]!r}, ground_truth={args[2]!r}, "
-                f"extra_info={args[3]!r})"
-            ) from err
-        try:
-            return float(value)
-        except (TypeError, ValueError) as err:
-            raise RewardFunctionError(
-                f"reward function {self.name} returned {value!r} on row {row}, not a number "
-                f"(data_source={args[0]!r}, solution_str={args[1]!r}, ground_truth={args[2]!r})"
-            ) from err
+
+def describe_row(rollout: Rollout, row: int) -> str:
+    """What a user needs to find a row: the prompt it answers and every argument the function got."""
+    return (f"uid={rollout.uid[row]}, prompt={shown(rollout.prompt_text[row])}, "
+            f"data_source={shown(rollout.data_source[row])}, solution_str={shown(rollout.response_text[row])}, "
+            f"ground_truth={shown(rollout.ground_truth[row])}, extra_info={shown(rollout.extra_info[row])}")
+
+
+def _first_rows(rows: list[int], shown_rows: int = 5) -> str:
+    more = f", ... ({len(rows) - shown_rows} more)" if len(rows) > shown_rows else ""
+    return ", ".join(map(str, rows[:shown_rows])) + more

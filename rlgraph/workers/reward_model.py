@@ -6,8 +6,10 @@ the score head is applied to the hidden state of the last valid token (the last 
 mask, inserted tokens included), and that score is placed on the rollout's `reward_index` column (the
 last model token) of a (batch, R) tensor, the shape rule rewards produce (`token_level_scores`).
 
-The reward model reads the rollout's token ids as they are, so it must use the policy's tokenizer
-(verl re-tokenizes when they differ; this runtime does not yet).
+The reward model reads the rollout's token ids as they are, so it must use the policy's tokenizer,
+unless `retokenize` is set: then, as verl does for a reward model of another family, it decodes nothing
+itself but scores the rollout's prompt and response text (decoded at sampling) tokenized with its own
+tokenizer, through its chat template when it has one. `rlgraph check` compares the two tokenizers.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rlgraph.models.sequences import last_token_scores
+from rlgraph.models.sequences import last_token_scores, left_pad, position_ids_from_mask
 from rlgraph.contract.settings import ForwardSettings, RewardModelSettings
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.optim import micro_batches
@@ -42,17 +44,51 @@ class RewardModelWorker:
                              "a reward model gives one score per sequence (num_labels = 1)")
         self.module.eval()
         self.module.requires_grad_(False)
+        self.retokenize = settings.retokenize
+        self.tokenizer = None
+        if self.retokenize:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
 
     @torch.no_grad()
     def score(self, rollout: Rollout, *, settings: ForwardSettings) -> torch.Tensor:
         scores = []
         for rows in micro_batches(len(rollout), settings.micro_batch):
-            part = rollout.select(rows).to(self.device)
-            scores.append(last_token_scores(self.module, part.input_ids, part.attention_mask, part.position_ids).cpu())
+            part = rollout.select(rows)
+            if self.retokenize:
+                ids, mask = self._own_tokens(part)
+            else:
+                self._check_ids(part.input_ids)
+                ids, mask = part.input_ids, part.attention_mask
+            ids, mask = ids.to(self.device), mask.to(self.device)
+            scores.append(last_token_scores(self.module, ids, mask, position_ids_from_mask(mask)).cpu())
         sequence_scores = torch.cat(scores)  # (batch,)
         token_level = torch.zeros(rollout.responses.shape, dtype=torch.float32)  # (batch, R)
         token_level[torch.arange(len(rollout)), rollout.reward_index.cpu()] = sequence_scores
         return token_level
+
+    def _own_tokens(self, part: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompt + response text of each row in this model's tokens, left-padded. (rows, T) ids and mask"""
+        tokenizer = self.tokenizer
+        sequences = []
+        for prompt, response in zip(part.prompt_text, part.response_text):
+            if getattr(tokenizer, "chat_template", None):
+                chat = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+                text = tokenizer.apply_chat_template(chat, tokenize=False)
+                sequences.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+            else:
+                sequences.append(tokenizer(prompt + response)["input_ids"])
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+        return left_pad(sequences, pad)
+
+    def _check_ids(self, input_ids: torch.Tensor) -> None:
+        """A token id past this model's embeddings is a device-side assert on a GPU: say what it means."""
+        size = self.module.get_input_embeddings().num_embeddings
+        if input_ids.numel() and int(input_ids.max()) >= size:
+            raise ValueError(f"the rollout holds token id {int(input_ids.max())} but the reward model's vocabulary "
+                             f"has {size} entries: it was trained with another tokenizer than the policy's. Set "
+                             "`retokenize = true` on the reward model role to score the text with its own tokenizer")
 
     def save(self, directory: str | Path) -> None:
         self.module.save_pretrained(directory)

@@ -21,7 +21,7 @@ Seed = int | torch.Generator | None
 
 
 class RolloutWorker:
-    """A rollout with its own copy of the weights, refreshed by `load_state_dict` (the weight sync)."""
+    """A rollout with its own copy of the weights, refreshed by the weight sync (`load_weights` bucket by bucket)."""
 
     def __init__(self, model_path: str, settings: RolloutSettings, *, seed: int,
                  device: str | None = None) -> None:
@@ -45,6 +45,10 @@ class RolloutWorker:
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         self.engine.load_weights(state_dict)
+
+    def load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        """Some of the weights, by name: one bucket of a weight sync (rlgraph/workers/weight_sync.py)."""
+        self.engine.load_weights(weights)
 
     def release_memory(self) -> None:
         self.engine.release_memory()

@@ -50,6 +50,7 @@ def test_call_settings_cover_every_keyword_argument():
     assert set(ROLE_METHODS["critic"]["update"].kwargs) <= _fields(s.CriticUpdateSettings)
     assert _fields(s.TrainSettings) == set(BLOCKS["train"].keys)
     assert _fields(s.DataSettings) == set(BLOCKS["data"].keys)
+    assert _fields(s.RewardSettings) == set(BLOCKS["reward"].keys) - {"fn"}  # fn: Plan.rewards
 
 
 @pytest.mark.parametrize("spec", sorted((REPO / "specs").glob("*.rl")), ids=lambda p: p.name)
@@ -60,6 +61,7 @@ def test_every_role_and_call_of_a_shipped_spec_is_resolved_and_round_trips(spec)
     again = Plan.from_json(plan.to_json())
     assert again.roles == plan.roles and again.calls == plan.calls
     assert again.train == plan.train and again.data == plan.data
+    assert again.reward_settings == plan.reward_settings and set(plan.reward_settings) == set(plan.rewards)
 
 
 def test_units_are_converted_once_at_planning(tmp_path):

@@ -34,18 +34,17 @@ def test_7b_actor_adam_mixed_precision_fsdp_over_8_devices(tmp_path):
     plan, diagnostics = plan_text(tmp_path, text)
     assert "out-of-memory" not in codes(diagnostics)
     P, shards = 7_000_000_000, 8
-    # Adam under mixed precision, per parameter:
-    params = P * 2 // shards  # bf16 weights            2 B  -> 1.75e9 per device
-    grads = P * 2 // shards  # bf16 gradients           2 B  -> 1.75e9
-    master = P * 4 // shards  # fp32 master weights     4 B  -> 3.5e9
+    # Adam under mixed precision, per parameter (bf16 is the compute dtype; what is stored is fp32):
+    params = P * 4 // shards  # fp32 master weights    4 B  -> 3.5e9 per device
+    grads = P * 4 // shards  # fp32 gradients          4 B  -> 3.5e9
     adam = P * (4 + 4) // shards  # fp32 Adam m and v   8 B  -> 7.0e9
-    assert (params, grads, master, adam) == (1_750_000_000, 1_750_000_000, 3_500_000_000, 7_000_000_000)
-    assert params + grads + master + adam == 7e9 * 16 / 8 == 14_000_000_000
+    assert (params, grads, adam) == (3_500_000_000, 3_500_000_000, 7_000_000_000)
+    assert params + grads + adam == 7e9 * 16 / 8 == 14_000_000_000
     for device in range(8):
         row = _row(plan, device=device)
         actor = {k: v for k, v in row.breakdown.items() if k.startswith("actor/")}
-        assert actor == {"actor/params": params, "actor/grads": grads, "actor/master": master,
-                         "actor/optimizer": adam}
+        # no bf16 copy of the whole model: FSDP gathers one block at a time, in bf16
+        assert actor == {"actor/params": params, "actor/grads": grads, "actor/optimizer": adam}
         assert sum(actor.values()) == 14_000_000_000
         assert row.capacity_bytes == 80 * GiB
     # the hf rollout generates with the actor's module: no second copy of the weights
@@ -64,8 +63,8 @@ def test_fp32_is_16_bytes_per_param_too_and_ddp_keeps_it_whole(tmp_path):
     P = 7_000_000_000
     assert row.breakdown["actor/params"] == P * 4  # fp32 weights
     assert row.breakdown["actor/grads"] == P * 4  # fp32 gradients
-    assert row.breakdown["actor/optimizer"] == P * 8  # Adam m and v; no master copy in fp32
-    assert "actor/master" not in row.breakdown
+    assert row.breakdown["actor/optimizer"] == P * 8  # Adam m and v
+    assert "actor/compute_copy" not in row.breakdown  # fp32 computes on the weights themselves
     assert row.estimated_bytes == 112_000_000_000 > 80 * GiB
     d = only(diagnostics, "out-of-memory")
     assert "pool `gpus`" in d.message and "8 of 8 devices over" in d.message and "80 GiB" in d.message
@@ -73,6 +72,18 @@ def test_fp32_is_16_bytes_per_param_too_and_ddp_keeps_it_whole(tmp_path):
         d.span.column - 1:d.span.end_column - 1] == "80GiB"
     assert "actor/optimizer 52.2 GiB" in d.hints[0]  # the breakdown, largest first
     assert "strategy = fsdp" in d.hints[1]
+
+
+def test_bf16_under_ddp_adds_the_whole_bf16_compute_copy(tmp_path):
+    """Unsharded, autocast casts every weight to bf16 for a forward (kept for its backward): 16 + 2 B/param."""
+    text = spec("pool gpus { nodes = 1  devices_per_node = 2  device = gpu  memory = 80GiB }\n"
+                "role actor { model = big  pool = gpus  replicas = 2  dtype = bf16 }\n"
+                "role rollout { colocate = actor  n = 4 }", model=BIG)
+    plan, _ = plan_text(tmp_path, text)
+    P = 7_000_000_000
+    actor = {k: v for k, v in _row(plan, device=1).breakdown.items() if k.startswith("actor/")}
+    assert actor == {"actor/params": P * 4, "actor/grads": P * 4, "actor/optimizer": P * 8,
+                     "actor/compute_copy": P * 2}
 
 
 def test_kv_cache_of_a_rollout_on_its_own_pool(tmp_path):

@@ -8,7 +8,8 @@ from rlgraph.plan.model import CallPlan, Placement, Plan, PoolPlan, RolePlan, St
 ROLLOUT = s.RolloutSettings(engine="hf", n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, tp=1,
                             memory_fraction=0.5, dtype="float32")
 OPTIM = s.OptimSettings(lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, grad_clip=1.0)
-ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, entropy_coeff=0.0, optim=OPTIM)
+ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, entropy_coeff=0.0, optim=OPTIM,
+                        gradient_checkpointing=False)
 REF = s.RefSettings(dtype="float32", strategy="ddp", micro_batch=None)
 ACTOR_UPDATE = s.ActorUpdateSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=None,
                                      loss_agg="token-mean", clip_low=0.2, clip_high=0.2, clip_c=3.0, kl_coef=0.001,
@@ -62,10 +63,11 @@ def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollo
     ]
     return Plan(
         spec="<test>", pools=pools, roles=roles, placements=placements, rewards={"exact": reward},
+        reward_settings={"exact": s.RewardSettings(max_invalid_fraction=0.0, timeout_s=60.0)},
         calls=calls, syncs=[["actor", "rollout"]], schedule=schedule,
         data=s.DataSettings(train="builtin:arith/train", val="builtin:arith/val", batch_size=batch_size,
                             max_prompt_length=64, shuffle=True, val_batch_size=256),
         train=s.TrainSettings(steps=steps, seed=0, validate_every=0, val_samples=1, checkpoint_every=0,
-                              keep_checkpoints=2),
+                              keep_checkpoints=2, deterministic=False, max_failures=0),
         models={"policy": {"path": model_path}},
     )

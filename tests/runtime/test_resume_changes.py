@@ -78,7 +78,8 @@ def test_a_grpo_spec_is_refused_in_a_ppo_run_directory(run_cli, run_dir):
 
 
 def test_a_checkpoint_without_its_plan_resumes_with_a_note(run_cli, run_dir):
-    (run_dir / "checkpoints" / "step_2" / "plan.json").unlink()  # as an older rlgraph wrote it
+    for name in ("plan.json", "manifest.json"):  # as an older rlgraph wrote it
+        (run_dir / "checkpoints" / "step_2" / name).unlink()
     code, out = run_cli(PPO, "--output", run_dir, *fast(steps=3), "-s", "actor.optim.lr=1e-3")
     assert code == 0, out
     assert "cannot be compared" in " ".join(out.split())

@@ -46,11 +46,12 @@ def make_items(prompts: list[str], tokenizer, answers: list[str] | None = None) 
 
 _OPTIM_FIELDS = ("lr", "betas", "weight_decay", "warmup_steps", "grad_clip")
 _OPTIM = s.OptimSettings(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, grad_clip=1.0)
-_ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, entropy_coeff=0.0, optim=_OPTIM)
+_ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, entropy_coeff=0.0, optim=_OPTIM,
+                         gradient_checkpointing=False)
 _CRITIC = s.CriticSettings(dtype="float32", strategy="ddp", micro_batch=None, head="value",
-                           optim=dataclasses.replace(_OPTIM, lr=1e-5))
+                           optim=dataclasses.replace(_OPTIM, lr=1e-5), gradient_checkpointing=False)
 _REF = s.RefSettings(dtype="float32", strategy="ddp", micro_batch=None)
-_REWARD_MODEL = s.RewardModelSettings(dtype="float32", micro_batch=None)
+_REWARD_MODEL = s.RewardModelSettings(dtype="float32", micro_batch=None, retokenize=False)
 _ROLLOUT = s.RolloutSettings(engine="hf", n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, tp=1,
                              memory_fraction=0.5, dtype="float32")
 _GENERATE = s.GenerateSettings(n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, keep_log_probs=False)

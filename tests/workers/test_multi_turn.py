@@ -85,8 +85,8 @@ def test_update_trains_only_the_loss_mask_tokens(tiny_model_dir, rollout):
             args = [torch.where(elsewhere, 7.0, a) for a in args]
             exact = actor.response_logits
             # the logits that predict the inserted tokens move a lot; the rest stays exactly as it was
-            actor.response_logits = lambda part, t: (
-                exact(part, t) + 5 * noise[: len(part)] * (part.token_source != M)[..., None])
+            actor.response_logits = lambda part: (
+                exact(part) + 5 * noise[: len(part)] * (part.token_source != M)[..., None])
         metrics = actor.update(rollout, *args, settings=UPDATE, shuffle=False)
         return metrics, actor.state_dict()
 

@@ -70,5 +70,5 @@ def test_error_inside_the_function_names_the_row():
 
 def test_non_numeric_return_is_reported():
     rollout = make_rollout()
-    with pytest.raises(RewardFunctionError, match="returned 'yes' on row 0, not a number"):
+    with pytest.raises(RewardFunctionError, match=r"returned 'yes' on row 0 \(.*\), which is not a usable score"):
         RuleReward(lambda *args: "yes").score(rollout)

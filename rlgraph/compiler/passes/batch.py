@@ -14,8 +14,11 @@ from math import gcd
 from rlgraph.compiler.graph import CallNode, StepGraph
 from rlgraph.compiler.passes._common import quoted
 from rlgraph.compiler.topology import dp_size, root_of, tp_of
-from rlgraph.diagnostics import Diagnostic, error
+from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.spec.program import Decl, Program
+from rlgraph.spec.schema import ROLE_KEYS
+
+SUGGESTED_MICRO_BATCH = 8  # samples per device per pass that the hint suggests (or the largest divisor below)
 
 
 def batch(program: Program, graph: StepGraph) -> list[Diagnostic]:
@@ -30,7 +33,7 @@ def batch(program: Program, graph: StepGraph) -> list[Diagnostic]:
         role = program.roles.get(node.target) if node.kind == "role" else None
         if node.method == "update" and role is not None and role.kind is not None:
             out += _update(program, node, role, prompts, n)
-    return out
+    return out + _unset_micro_batch(program, graph, prompts, n)
 
 
 def _over_replicas(program: Program, graph: StepGraph, prompts: int, n: int) -> list[Diagnostic]:
@@ -108,6 +111,38 @@ def _micro_batch(role: Decl, minibatch: int, n: int, dp: int) -> list[Diagnostic
                   f"ppo_micro_batch_size_per_gpu: use a divisor of {per_device}, e.g. "
                   f"{_either(examples)}",
                   label=f"{per_device} samples per replica")]
+
+
+def _unset_micro_batch(program: Program, graph: StepGraph, prompts: int, n: int) -> list[Diagnostic]:
+    """On GPUs, a role without `micro_batch` runs every pass on its whole share of the step at once.
+
+    CPU specs (small models, the built-in task) are left alone: there the whole batch is the fast choice."""
+    out = []
+    for name in dict.fromkeys(node.target for node in graph.calls() if node.kind == "role"):
+        role = program.roles.get(name)
+        if role is None or "micro_batch" not in ROLE_KEYS.get(role.kind, {}) or role.get("micro_batch") is not None:
+            continue
+        pool = program.pools.get(root_of(program, role).get("pool"))
+        dp = dp_size(program, role)
+        if pool is None or pool.get("device") != "gpu" or prompts * n % dp:
+            continue
+        # samples per device in one pass: an update's mini-batch, or the whole step for a forward pass
+        per_pass = [(node.kwargs.get("minibatch") if node.method == "update" else None) or prompts
+                    for node in graph.role_calls(name)]
+        per_pass = [p * n // dp for p in per_pass]
+        common, biggest = gcd(*per_pass), max(per_pass)
+        if biggest <= SUGGESTED_MICRO_BATCH:
+            continue
+        suggestion = next(d for d in range(min(SUGGESTED_MICRO_BATCH, common), 0, -1) if common % d == 0)
+        passes = "forward or backward pass" if role.kind in ("actor", "critic") else "forward pass"
+        out.append(warning(
+            "micro-batch-unset", f"`{name}` has no micro_batch: it runs up to {biggest} samples per device in one "
+            f"{passes}", role.span,
+            "the memory of activations (and of an LM head's logits: ~300 KB per token in bf16 at a 152k "
+            "vocabulary) grows with the samples of one pass; set `micro_batch` (samples per device per pass, like "
+            f"verl's ppo_micro_batch_size_per_gpu), e.g. `micro_batch = {suggestion}`",
+            label=f"{biggest} samples per pass"))
+    return out
 
 
 # ---- suggestions ------------------------------------------------------------------

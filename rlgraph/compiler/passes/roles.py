@@ -1,4 +1,5 @@
-"""Roles do their part: each trained role is updated once, from the right inputs, and each declared role is called."""
+"""Roles do their part: each trained role can train (not in fp16), is updated once, from the right inputs, and each
+declared role is called."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ _CALL_EXAMPLE = {"rollout": "prompts -> {}.generate -> responses", "ref": "respo
 
 
 def roles(program: Program, graph: StepGraph) -> list[Diagnostic]:
+    out = [d for role in program.roles.values() for d in _trainable_dtype(role)]
     if program.step is None:  # reported by the dataflow pass; every role would look unused
-        return []
-    out: list[Diagnostic] = []
+        return out
     for role in program.roles.values():
         out += _updated_once(program, graph, role) + _called(program, role)
     for node in graph.calls():
@@ -25,6 +26,15 @@ def roles(program: Program, graph: StepGraph) -> list[Diagnostic]:
         elif node.method == "update" and node.role_kind == "critic":
             out += _critic_update(graph, node)
     return out
+
+
+def _trainable_dtype(role: Decl) -> list[Diagnostic]:
+    if role.kind not in TRAINED_KINDS or role.get("dtype") != "fp16":
+        return []
+    return [error("untrainable-dtype", f"{role.kind} `{role.name}` cannot train in fp16: without loss scaling its "
+                  "gradients flush to zero and AdamW's eps (1e-8) underflows to 0, so the weights turn inf/NaN",
+                  role.span_of("dtype"), "set `dtype = bf16` (fp32 master weights, bf16 compute) or `dtype = fp32`; "
+                  "frozen roles (ref, reward_model, rollout) may stay fp16", label="fp16 cannot train")]
 
 
 def _updated_once(program: Program, graph: StepGraph, role: Decl) -> list[Diagnostic]:

@@ -58,7 +58,7 @@ class HFEngine(Engine):
         """Log-probs come from the raw logits of generation divided by the temperature: what
         `PolicyWorker.log_prob` would recompute from the same weights (to float32 rounding: KV-cached steps
         vs one full pass), before any top-k / top-p truncation."""
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList
 
         if self.released:
             raise RuntimeError("the engine's memory is released; call resume_memory() before generate()")
@@ -77,10 +77,10 @@ class HFEngine(Engine):
             pad_token_id=self.pad_token_id,
             eos_token_id=self.eos_token_ids,
             use_cache=True,
-            return_dict_in_generate=with_log_probs,
-            output_logits=with_log_probs,
             **settings,
         )
+        temperature = 1.0 if greedy else sampling.temperature
+        kept = _KeptLogProbs(temperature) if with_log_probs else None
         # HF fills every setting left unset from the model's own generation_config (a shipped
         # repetition_penalty, say); a blank one there keeps the samples exactly on-policy.
         was_training, model_defaults = self.module.training, getattr(self.module, "generation_config", None)
@@ -90,6 +90,8 @@ class HFEngine(Engine):
         try:
             with _seeded(seed, device):
                 extra = {"synced_gpus": True} if self.synced else {}
+                if kept is not None:
+                    extra["logits_processor"] = LogitsProcessorList([kept])
                 output = self.module.generate(input_ids=prompts, attention_mask=prompt_mask, generation_config=config,
                                               **extra)
         finally:
@@ -97,20 +99,13 @@ class HFEngine(Engine):
             if model_defaults is not None:
                 self.module.generation_config = model_defaults
 
-        logits = None
-        if with_log_probs:
-            output, logits = output.sequences, output.logits  # logits: one (batch, vocab) per generated step
         responses = output[:, prompts.shape[1] :][:, :max_new_tokens]  # (batch, <= R): HF stops when all rows did
         lengths = mask_after_eos(responses, self.eos_token_ids).sum(dim=1).tolist()
         token_ids = [row[:length] for row, length in zip(responses.tolist(), lengths)]
 
         log_probs = None
-        if logits is not None:
-            steps = torch.stack(logits[:max_new_tokens], dim=1).float()  # (batch, generated, vocab)
-            if not greedy and sampling.temperature != 1.0:
-                steps = steps / sampling.temperature
-            taken = responses[:, : steps.shape[1]].to(steps.device)
-            picked = torch.log_softmax(steps, dim=-1).gather(-1, taken.unsqueeze(-1)).squeeze(-1)  # (batch, generated)
+        if kept is not None:
+            picked = kept.finish(responses)  # (batch, generated)
             log_probs = [row[:length] for row, length in zip(picked.cpu().tolist(), lengths)]
         return Generation(token_ids, log_probs)
 
@@ -138,6 +133,48 @@ class HFEngine(Engine):
             self.module.to(self.offloaded_from)
             self.offloaded_from = None
         self.released = False
+
+
+class _KeptLogProbs:
+    """A logits processor that keeps log pi(token) of each sampled token, and never more than one step's
+    full-vocabulary log-probs (HF's `output_logits` would keep every step's: batch x vocab x 4 bytes per token).
+
+    At each step it turns that step's scores into log_softmax(scores / temperature) and, at the next step,
+    once the sampled token is the last column of `input_ids`, gathers that token's entry and drops the rest;
+    `finish` gathers the last step from the returned sequences. Where it runs (checked in transformers
+    5.23, `_get_logits_processor`): after the processors of generation settings such as repetition_penalty
+    (none: `generate` leaves them unset) and before the sampling warpers, which HF appends after the user's
+    list (TemperatureLogitsWarper, TopK, TopP); `_sample` hands the list a float32 copy of the raw logits.
+    So `scores` here are raw, and the log-probs are those of the untruncated distribution at the temperature,
+    what `PolicyWorker.log_prob` recomputes. The scores are returned untouched.
+    """
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.picked: list[torch.Tensor] = []  # one (batch,) per step whose token has been seen
+        self.pending: torch.Tensor | None = None  # (batch, vocab): the last step's log-probs, token not yet seen
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.pending is not None:
+            self._gather(input_ids[:, -1])
+        steps = scores.float()
+        if self.temperature != 1.0:
+            steps = steps / self.temperature
+        self.pending = torch.log_softmax(steps, dim=-1)  # (batch, vocab)
+        return scores
+
+    def _gather(self, tokens: torch.Tensor) -> None:
+        self.picked.append(self.pending.gather(-1, tokens.to(self.pending.device).unsqueeze(-1)).squeeze(-1))
+        self.pending = None
+
+    def finish(self, responses: torch.Tensor) -> torch.Tensor:
+        """(batch, generated) log-probs of `responses` (generate's new tokens, cut to max_new_tokens)."""
+        generated = responses.shape[1]
+        # a step HF ran and then undid (deferred stop checks) has no token in `responses`: it is left out
+        if len(self.picked) < generated and self.pending is not None:
+            self._gather(responses[:, len(self.picked)])
+        self.pending = None
+        return torch.stack(self.picked[:generated], dim=1)
 
 
 def _as_list(ids: int | list[int] | None) -> list[int]:

@@ -1,0 +1,92 @@
+"""Preemption: SIGTERM (what a scheduler sends before it kills a job) and Ctrl-C stop a run cleanly.
+
+    stop = StopRequest(log)
+    with stop.installed():         # in the driver's main thread, around run_plan
+        run_plan(..., stop=stop)   # re-installs after ray.init; fit() defers from its first step on
+
+- before the training loop (start-up, restore): a signal stops at once (KeyboardInterrupt): nothing is
+  lost, the run has not trained a step;
+- in the loop: SIGTERM and the first Ctrl-C let the step in progress finish, the loop checkpoints it and
+  raises Stopped; a second Ctrl-C stops at once (KeyboardInterrupt), keeping the last complete checkpoint.
+
+Ray's driver sets a SIGTERM handler of its own in ray.init (sys.exit), and its C++ core installs a
+failure handler that prints a stack dump on SIGTERM; `signal.signal` after ray.init replaces both, which
+is why run_plan calls `install()` again once Ray is up. The handlers before `installed()` come back after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
+
+
+class Stopped(Exception):
+    """The loop stopped on a signal after `step`; `checkpoint` holds that step (None: it had trained none)."""
+
+    def __init__(self, signum: int, step: int, checkpoint: Path | None) -> None:
+        super().__init__(signum, step, checkpoint)
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # what a shell reports for a process the signal ended: 143, 130
+
+
+class StopRequest:
+    """The signals that asked the run to stop, if any. Never set outside `installed()`."""
+
+    def __init__(self, log: Callable[[str], None] | None = None) -> None:
+        self.log = log or (lambda message: None)
+        self.received: list[int] = []
+        self.at_once = False  # a second Ctrl-C, or a signal before the loop: stopped without a checkpoint
+        self.deferring = False  # in the loop: a first signal lets the step finish
+        self._previous: dict[int, Any] | None = None
+
+    @property
+    def requested(self) -> bool:
+        return bool(self.received)
+
+    @property
+    def exit_code(self) -> int:
+        return 130 if signal.SIGINT in self.received or not self.received else 143
+
+    def stopped(self, step: int, checkpoint: Path | None) -> Stopped:
+        return Stopped(self.received[0], step, checkpoint)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[StopRequest]:
+        if threading.current_thread() is not threading.main_thread():  # signal.signal works there only
+            yield self
+            return
+        self._previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
+        self.install()
+        try:
+            yield self
+        finally:
+            previous, self._previous = self._previous, None
+            for signum, handler in previous.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+    def install(self) -> None:
+        """(Re)install the handlers: inside `installed()` only, e.g. after ray.init replaced them."""
+        if self._previous is None:
+            return
+        for signum in SIGNALS:
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+        if not self.deferring or (signum == signal.SIGINT and len(self.received) > 1):
+            self.at_once = True
+            raise KeyboardInterrupt  # what everything already unwinds on: actors, Ray and the console stop
+        if len(self.received) > 1:  # a repeated SIGTERM, or SIGTERM after Ctrl-C: already stopping
+            return
+        again = " (Ctrl-C again stops at once, without it)" if signum == signal.SIGINT else ""
+        self.log(f"[yellow]{NAMES[signum]}[/]: stopping after the step in progress, with a checkpoint of it{again}")

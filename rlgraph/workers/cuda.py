@@ -1,0 +1,33 @@
+"""GPU housekeeping that the workers share; every function is a no-op on the CPU.
+
+- `free_cached_memory`: a colocated actor generates, then trains, on one GPU. The caching allocator
+  keeps generation's KV-cache blocks reserved unless they are handed back, and training's activations
+  then fragment around them; verl empties the cache at the same switch.
+- `make_deterministic`: a resumed run repeats bit for bit only with deterministic kernels (cuBLAS
+  needs its workspace fixed before its first call, so this runs before a worker touches the GPU).
+  CPU kernels are deterministic already.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+CUBLAS_WORKSPACE = ":4096:8"  # what torch's reproducibility notes ask for deterministic cuBLAS
+
+
+def free_cached_memory(device: torch.device) -> bool:
+    """Return the allocator's cached blocks on a CUDA device to the driver; whether it did anything."""
+    if device.type != "cuda":
+        return False
+    torch.cuda.empty_cache()
+    return True
+
+
+def make_deterministic() -> None:
+    """Deterministic kernels for this process (warn, not fail, on an op that has none)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True

@@ -1,0 +1,236 @@
+"""Weight sync over a collective group: the trainer's rank 0 streams its weights to rollouts in other processes.
+
+The group spans the sending process (rank 0) and every receiving rollout process. It is built straight from
+a TCPStore and a backend process group (`open_group`), so it leaves alone the one default torch.distributed
+group a process may already be in for data parallelism; torch's own `new_group` would need that default.
+
+What travels, per sync:
+
+    header   the bucket layout (names, shapes, dtype of each bucket) as JSON bytes, its length first
+    buckets  flattened tensors of one dtype, at most `BUCKET_BYTES` each (a tensor larger than that is a
+             bucket of its own), in the header's order
+
+The sender packs one bucket at a time and the receivers load each into the engine as it arrives
+(`engine.load_weights` takes (name, tensor) pairs), so neither side holds more than one bucket beyond the
+model itself: no state dict through Ray's object store, no whole host copy. A model sharded with fsdp is
+gathered one parameter at a time (`DTensor.full_tensor`, on every rank of its data-parallel group in the
+same order; one gathered parameter more on the sender); only its rank 0 sends.
+
+Torch only, no Ray: the GPU check script runs it in one process.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+BUCKET_BYTES = 256 * 2**20  # verl and OpenRLHF use buckets of a few hundred MiB
+
+Transfer = Callable[[torch.Tensor], None]  # a broadcast from rank 0, in place on the receivers
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Tensors of one dtype, sent as one flat tensor."""
+
+    dtype: torch.dtype
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+    @property
+    def numels(self) -> list[int]:
+        return [_numel(shape) for shape in self.shapes]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.numels) * _itemsize(self.dtype)
+
+
+def plan_buckets(layout: Iterable[tuple[str, tuple[int, ...], torch.dtype]], cap: int = BUCKET_BYTES) -> list[Bucket]:
+    """(name, shape, dtype) triples in buckets of one dtype and at most `cap` bytes, in the order given
+    within each dtype; a tensor larger than `cap` alone is a bucket."""
+    if cap <= 0:
+        raise ValueError(f"the bucket cap must be positive, got {cap}")
+    by_dtype: dict[torch.dtype, list[tuple[str, tuple[int, ...]]]] = {}
+    for name, shape, dtype in layout:
+        by_dtype.setdefault(dtype, []).append((name, tuple(shape)))
+    buckets: list[Bucket] = []
+    for dtype, entries in by_dtype.items():
+        current: list[tuple[str, tuple[int, ...]]] = []
+        size = 0
+        for name, shape in entries:
+            nbytes = _numel(shape) * _itemsize(dtype)
+            if current and size + nbytes > cap:
+                buckets.append(_bucket(dtype, current))
+                current, size = [], 0
+            current.append((name, shape))
+            size += nbytes
+        if current:
+            buckets.append(_bucket(dtype, current))
+    return buckets
+
+
+def pack(bucket: Bucket, tensors: Iterable[torch.Tensor], device: torch.device | str = "cpu") -> torch.Tensor:
+    """The bucket's tensors (in its order) copied into one flat tensor on `device`."""
+    flat = torch.empty(sum(bucket.numels), dtype=bucket.dtype, device=device)
+    offset = 0
+    for name, numel, tensor in zip(bucket.names, bucket.numels, tensors, strict=True):
+        if tensor.numel() != numel or tensor.dtype != bucket.dtype:
+            raise ValueError(f"`{name}` is {tensor.dtype} {tuple(tensor.shape)}, the bucket expects {bucket.dtype} "
+                             f"with {numel} elements")
+        flat[offset : offset + numel].copy_(tensor.reshape(-1))
+        offset += numel
+    return flat
+
+
+def unpack(bucket: Bucket, flat: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) pairs viewing `flat` (no copy)."""
+    parts = flat.split(bucket.numels)
+    return [(name, part.view(shape)) for name, part, shape in zip(bucket.names, parts, bucket.shapes, strict=True)]
+
+
+# --- the two ends ---
+
+
+@torch.no_grad()
+def send_weights(module: torch.nn.Module, send: Transfer | None, *, device: torch.device | str = "cpu",
+                 cap: int = BUCKET_BYTES) -> int:
+    """Stream `module`'s weights through `send` (rank 0 of the sync group); bytes sent.
+
+    A module sharded with fsdp: every rank of its data-parallel group calls this (each parameter is
+    gathered by all of them in the same order); the ranks outside the sync group pass `send=None`."""
+    weights = _unique_weights(module)
+    buckets = plan_buckets(((name, tuple(t.shape), t.dtype) for name, t in weights.items()), cap)
+    if send is not None:
+        header = torch.frombuffer(bytearray(_encode(buckets)), dtype=torch.uint8).to(device)
+        send(torch.tensor([header.numel()], dtype=torch.int64, device=device))
+        send(header)
+    sent = 0
+    for bucket in buckets:
+        tensors = (_full(weights[name]) for name in bucket.names)
+        if send is None:
+            for _ in tensors:  # take part in the gathers only
+                pass
+            continue
+        flat = pack(bucket, tensors, device)
+        send(flat)
+        sent += flat.numel() * flat.element_size()
+        del flat
+    return sent
+
+
+def receive_weights(receive: Transfer, load: Callable[[list[tuple[str, torch.Tensor]]], None], *,
+                    device: torch.device | str = "cpu") -> int:
+    """Take what `send_weights` streams (a non-zero rank of the sync group), calling `load` with each
+    bucket's (name, tensor) pairs as it arrives; bytes received."""
+    length = torch.zeros(1, dtype=torch.int64, device=device)
+    receive(length)
+    header = torch.empty(int(length.item()), dtype=torch.uint8, device=device)
+    receive(header)
+    received = 0
+    for bucket in _decode(bytes(header.cpu().numpy())):
+        flat = torch.empty(sum(bucket.numels), dtype=bucket.dtype, device=device)
+        receive(flat)
+        load(unpack(bucket, flat))
+        received += flat.numel() * flat.element_size()
+        del flat
+    return received
+
+
+# --- the group ---
+
+
+def open_group(host: str, port: int, rank: int, world_size: int, backend: str, *, rendezvous_timeout_s: float,
+               collective_timeout_s: float, store: Any = None) -> Any:
+    """A process group of its own (gloo or nccl) over a TCPStore at host:port, not the default group.
+    Rank 0 passes the store it opened (`open_store`); the others connect to it within `rendezvous_timeout_s`.
+    Each broadcast may then take `collective_timeout_s`."""
+    import torch.distributed as dist
+
+    if store is None:
+        store = dist.TCPStore(host, port, world_size, is_master=False, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=rendezvous_timeout_s))
+    timeout = datetime.timedelta(seconds=collective_timeout_s)
+    # the same constructors torch's own new_group uses, over a store no other group shares
+    if backend == "nccl":
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(store, rank, world_size, options)
+    if backend == "gloo":
+        return dist.ProcessGroupGloo(store, rank, world_size, timeout)
+    raise ValueError(f"unknown backend {backend!r} for a weight-sync group; expected gloo or nccl")
+
+
+def open_store(host: str, world_size: int, timeout_s: float) -> Any:
+    """The group's TCPStore on rank 0's node, on a port the system picks (read it from `.port`)."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(host, 0, world_size, is_master=True, timeout=datetime.timedelta(seconds=timeout_s),
+                         wait_for_workers=False)
+
+
+def broadcaster(group: Any) -> Transfer:
+    """A broadcast from rank 0 of `group`, sent as bytes (every backend moves bytes; not every one each dtype)."""
+
+    def transfer(tensor: torch.Tensor) -> None:
+        group.broadcast(tensor.view(torch.uint8) if tensor.dtype != torch.uint8 else tensor, 0).wait()
+
+    return transfer
+
+
+def transport_device(backend: str) -> torch.device:
+    """Where the buckets live: nccl moves CUDA tensors (on this process's current device), gloo CPU ones."""
+    return torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+
+
+# --- helpers ---
+
+
+def _unique_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict without the second name of a tied weight (the receiver's module ties it the same
+    way, so loading one name loads both). The tensors themselves (`keep_vars`), so the choice is by
+    identity and the same on every rank of a sharded module, whose entries stay DTensors: nothing is
+    gathered yet."""
+    from rlgraph.workers import fsdp
+
+    out: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in fsdp.resharded(module).state_dict(keep_vars=True).items():
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            out[name] = tensor
+    return out
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def _bucket(dtype: torch.dtype, entries: list[tuple[str, tuple[int, ...]]]) -> Bucket:
+    return Bucket(dtype, tuple(n for n, _ in entries), tuple(s for _, s in entries))
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _encode(buckets: list[Bucket]) -> bytes:
+    return json.dumps([{"dtype": str(b.dtype).removeprefix("torch."), "names": b.names, "shapes": b.shapes}
+                       for b in buckets]).encode()
+
+
+def _decode(raw: bytes) -> Iterator[Bucket]:
+    for b in json.loads(raw):
+        yield Bucket(getattr(torch, b["dtype"]), tuple(b["names"]), tuple(tuple(s) for s in b["shapes"]))

@@ -1,0 +1,229 @@
+"""Weight sync to a rollout on its own pool: the actor's rank 0 streams its weights in buckets over a collective
+group of their own (rlgraph/runtime/weight_sync.py, rlgraph/workers/weight_sync.py), and no state dict
+goes through Ray's object store."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+
+import pytest
+import ray
+import torch
+
+from rlgraph.runtime.process import DeviceProcess
+from rlgraph.workers import weight_sync as ws
+
+from .helpers import Started, read_metrics
+from .plans import ACTOR, grpo_plan
+
+# --- buckets, no Ray ---
+
+
+def _tiny_module() -> torch.nn.Module:
+    """Tied weights, two dtypes, a persistent buffer and a tensor larger than the cap the tests use."""
+    torch.manual_seed(0)
+    module = torch.nn.Module()
+    module.embed = torch.nn.Embedding(64, 16)  # 4 KiB
+    module.head = torch.nn.Linear(16, 64, bias=False)
+    module.head.weight = module.embed.weight  # tied, as arith-gpt's are
+    module.norm = torch.nn.LayerNorm(16).to(torch.bfloat16)
+    module.proj = torch.nn.Linear(16, 16)
+    module.register_buffer("scale", torch.arange(3.0))
+    return module
+
+
+def test_buckets_hold_one_dtype_within_the_cap_and_round_trip():
+    module = _tiny_module()
+    state = module.state_dict()
+    cap = 1024
+    buckets = ws.plan_buckets(((n, tuple(t.shape), t.dtype) for n, t in state.items()), cap)
+    names = [n for b in buckets for n in b.names]
+    assert sorted(names) == sorted(state)  # every tensor exactly once
+    for bucket in buckets:
+        assert all(state[n].dtype == bucket.dtype for n in bucket.names)
+        assert bucket.nbytes <= cap or len(bucket.names) == 1  # only a tensor larger than the cap exceeds it
+    assert len(buckets) > 2  # the cap split the float32 tensors, and bfloat16 has buckets of its own
+    for bucket in buckets:
+        flat = ws.pack(bucket, (state[n] for n in bucket.names))
+        assert flat.dim() == 1 and flat.numel() * flat.element_size() == bucket.nbytes
+        for name, tensor in ws.unpack(bucket, flat):
+            assert tensor.dtype == state[name].dtype and torch.equal(tensor, state[name])
+
+
+def test_a_cap_below_one_byte_is_refused():
+    with pytest.raises(ValueError, match="cap must be positive"):
+        ws.plan_buckets([("w", (2,), torch.float32)], 0)
+
+
+def test_send_and_receive_over_a_gloo_group_of_their_own():
+    """Rank 0 streams a module to rank 1 over a real gloo pair (two threads), with a small cap: rank 1's
+    module ends equal, loaded bucket by bucket, none larger than the cap unless one tensor is."""
+    sender, receiver = _tiny_module(), _tiny_module()
+    with torch.no_grad():
+        for p in receiver.parameters():
+            p.zero_()
+    store = ws.open_store("127.0.0.1", 2, 30)
+    loaded: list[list[str]] = []
+    sizes: list[int] = []
+    results: dict[int, object] = {}
+
+    def load(pairs):
+        loaded.append([n for n, _ in pairs])
+        sizes.append(sum(t.numel() * t.element_size() for _, t in pairs))
+        receiver.load_state_dict(dict(pairs), strict=False)
+
+    def rank(r: int) -> None:
+        try:
+            group = ws.open_group("127.0.0.1", store.port, r, 2, "gloo", rendezvous_timeout_s=30,
+                                  collective_timeout_s=30, store=store if r == 0 else None)
+            transfer = ws.broadcaster(group)
+            results[r] = (ws.send_weights(sender, transfer, cap=1024) if r == 0 else ws.receive_weights(transfer, load))
+        except BaseException as err:  # surfaced below
+            results[r] = err
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(isinstance(v, BaseException) for v in results.values()), results
+    assert results[0] == results[1] > 0  # bytes sent = bytes received
+    assert "head.weight" not in sum(loaded, [])  # a tied weight travels once...
+    for name, value in receiver.state_dict().items():  # ...and the receiver, tied the same way, has it all
+        assert torch.equal(value, sender.state_dict()[name]), name
+    assert len(loaded) > 2 and all(size <= 1024 or len(names) == 1 for size, names in zip(sizes, loaded))
+
+
+def test_an_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="expected gloo or nccl"):
+        ws.open_group("127.0.0.1", 1, 0, 1, "mpi", rendezvous_timeout_s=1, collective_timeout_s=1, store=object())
+
+
+# --- on Ray: a rollout on a pool of its own ---
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray's workers need not have tests/ on sys.path
+
+
+class ProbeProcess(DeviceProcess):
+    """Records the role calls it serves, and shows and nudges the weights of its workers."""
+
+    def call(self, role, method, *args, **kwargs):
+        self.__dict__.setdefault("seen", []).append(f"{role}.{method}")
+        return super().call(role, method, *args, **kwargs)
+
+    def seen_calls(self) -> list[str]:
+        return self.__dict__.pop("seen", [])
+
+    def weights(self, role: str) -> dict[str, torch.Tensor]:
+        """The rollout engine's weights, or this rank's part of a (possibly sharded) policy's."""
+        from rlgraph.workers import RolloutWorker
+
+        worker = self.workers[role]
+        module = worker.engine.module if isinstance(worker, RolloutWorker) else worker.module
+        return {n: (t.to_local() if hasattr(t, "to_local") else t).detach().clone() for n, t in
+                module.state_dict().items()}
+
+    def nudge(self, role: str, seed: int) -> None:
+        """Add noise to each parameter this rank holds (its shard, when sharded): the weights a sync must move."""
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in self.workers[role].module.parameters():
+                local = p.to_local() if hasattr(p, "to_local") else p
+                local.add_(torch.randn(local.shape, generator=g, dtype=local.dtype) * 0.01)
+
+
+def _driver(started: Started):
+    from rlgraph.runtime.driver import StepDriver
+    from rlgraph.runtime.transforms import DriverCalls
+
+    return StepDriver(started.plan, started.lowered, started.specs, DriverCalls(started.plan, started.prepared.rewards))
+
+
+def _full_actor(started: Started) -> dict[str, torch.Tensor]:
+    """The actor's whole weights: rank 0's, or every rank's shards gathered (dispatch `one` on a sharded group)."""
+    return ray.get(started.lowered.groups["actor"].one("state_dict").result())
+
+
+def _rollout_weights(started: Started) -> list[dict[str, torch.Tensor]]:
+    return [ray.get(m.handle.weights.remote("rollout")) for m in started.lowered.groups["rollout"].members]
+
+
+def _seen(started: Started) -> list[str]:
+    return [c for h in started.lowered.processes.values() for c in ray.get(h.seen_calls.remote())]
+
+
+def _assert_equal(rollout: dict[str, torch.Tensor], actor: dict[str, torch.Tensor]) -> None:
+    assert rollout.keys() == actor.keys()
+    different = [k for k in actor if not torch.equal(rollout[k], actor[k])]
+    assert not different, different[:5]
+
+
+def test_rollout_replicas_get_the_actors_weights_exactly_without_the_object_store(ray_session, arith_model):
+    from rlgraph.runtime.weight_sync import start_sync
+
+    plan = grpo_plan(rollout_pool="gen", rollout_replicas=2)
+    with Started(plan, process_class=ProbeProcess) as started:
+        edge = started.lowered.sync_edges[("actor", "rollout")]
+        assert edge.backend == "gloo" and edge.processes == ("actor/0", "rollout/0", "rollout/1")
+        driver = _driver(started)
+        ray.get(started.lowered.process_of("actor").nudge.remote("actor", 1))
+        actor = _full_actor(started)
+        assert all(any(not torch.equal(w[k], actor[k]) for k in actor) for w in _rollout_weights(started))
+        _seen(started)
+
+        seconds = driver.sync_weights()
+        assert seconds > 0 and _seen(started) == []  # no state_dict / load_state_dict call: no object in the store
+        for weights in _rollout_weights(started):
+            _assert_equal(weights, actor)
+        assert driver.sync_weights() == 0.0  # in sync until the next step's update
+
+        # --- again, with buckets of 64 KiB: many buckets, same result
+        ray.get(started.lowered.process_of("actor").nudge.remote("actor", 2))
+        actor = _full_actor(started)
+        _seen(started)
+        ray.get(start_sync(started.lowered, edge, bucket_bytes=64 * 1024))
+        assert _seen(started) == []
+        for weights in _rollout_weights(started):
+            _assert_equal(weights, actor)
+
+
+def test_a_sharded_actor_gathers_on_every_rank_and_rank_0_sends(ray_session, arith_model):
+    """strategy = fsdp over 2 replicas: each parameter is gathered by both ranks, rank 0 streams it."""
+    plan = grpo_plan(actor_replicas=2, rollout_pool="gen")
+    plan.roles = [dataclasses.replace(r, settings=dataclasses.replace(ACTOR, strategy="fsdp")) if r.name == "actor"
+                  else r for r in plan.roles]
+    with Started(plan, process_class=ProbeProcess) as started:
+        assert started.lowered.groups["actor"].sharded
+        assert started.lowered.sync_edges[("actor", "rollout")].processes == ("actor/0", "rollout/0")
+        for i, member in enumerate(started.lowered.groups["actor"].members):  # each rank nudges its own shard
+            ray.get(member.handle.nudge.remote("actor", 10 + i))
+        actor = _full_actor(started)
+        _seen(started)
+        _driver(started).sync_weights()
+        assert _seen(started) == []
+        _assert_equal(_rollout_weights(started)[0], actor)
+
+
+def test_a_run_with_its_rollout_on_its_own_pool_resumes_bit_identical(ray_session, arith_model, tmp_path):
+    """Stopped after step 2 and resumed, the run ends where one that never stopped does: the resumed rollout
+    starts from the model's folder and the first sync hands it the checkpoint's actor."""
+    from safetensors.torch import load_file
+
+    from rlgraph.runtime import run_plan
+
+    def plan(steps: int):
+        p = grpo_plan(rollout_pool="gen", steps=steps)
+        p.train = dataclasses.replace(p.train, checkpoint_every=2)
+        return p
+
+    run_plan(plan(3), tmp_path / "full")
+    run_plan(plan(2), tmp_path / "part")
+    run_plan(plan(3), tmp_path / "part")
+    records = read_metrics(tmp_path / "part")
+    assert [r["training/global_step"] for r in records] == [0, 1, 2, 3]
+    assert records[3]["timing_s/sync"] > 0  # the resumed run's first step moved the weights
+    full, part = (load_file(tmp_path / run / "checkpoints" / "step_3" / "actor" / "model.safetensors")
+                  for run in ("full", "part"))
+    _assert_equal(part, full)
