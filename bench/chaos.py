@@ -15,7 +15,7 @@ end the run must finish, and:
 - every `step_<N>` checkpoint verifies against its manifest, and no checkpoint was found damaged
   (set aside as `step_<N>.corrupt` by a resume);
 - metrics.jsonl has the lines of steps 0..S, each exactly once;
-- the last checkpoint's weights equal the reference run's, bit for bit.
+- the last checkpoint's weights equal the reference run's, bit for bit, and so does each step's reward.
 
 Each run is a subprocess with a local Ray of its own (RAY_ADDRESS is dropped). Processes of a killed driver
 that outlive it (Ray's agents linger ~60 s) are counted and, at the end, killed by pid.
@@ -34,12 +34,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from common import RLGRAPH, ROOT, load_average, machine_facts, write_result
+from common import RLGRAPH, ROOT, load_average, machine_facts, median, write_result
 
 SPEC = "specs/grpo_arith.rl"
 # Ray's own helpers below a driver; every other `ray::` process is a worker of the run (an actor)
@@ -140,13 +141,12 @@ def last_step(run_dir: Path) -> int:
     return steps[-1] if steps else -1
 
 
-def checkpoint_writes(run_dir: Path) -> list[str]:
-    """Checkpoint folders being written (`.step_<N>.tmp-*`) or deleted (`.deleting-*`) right now."""
+def hidden_folders(run_dir: Path) -> set[str]:
+    """Checkpoint folders being written (`.step_<N>.tmp-<pid>-*`) or deleted (`.deleting-*`), or left so."""
     try:
-        names = os.listdir(run_dir / "checkpoints")
+        return {n for n in os.listdir(run_dir / "checkpoints") if n.startswith((".step_", ".deleting-"))}
     except OSError:
-        return []
-    return [n for n in names if (n.startswith(".step_") and ".tmp-" in n) or n.startswith(".deleting-")]
+        return set()
 
 
 def training_started(run_dir: Path, since: float) -> bool:
@@ -163,15 +163,22 @@ def training_started(run_dir: Path, since: float) -> bool:
 class Attempt:
     """One `rlgraph run` of the chaos run, its output in a log file."""
 
-    def __init__(self, cmd: list[str], log: Path) -> None:
+    def __init__(self, cmd: list[str], run_dir: Path, log: Path) -> None:
         self.log = log
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a local Ray of its own
         env.update(PYTHONUNBUFFERED="1", COLUMNS="200", TERM="dumb")
         self.started = time.time()
+        self.run_dir = run_dir
+        self.stale = hidden_folders(run_dir)  # a killed run's leftovers, until this one sweeps them
         with open(log, "w") as out:
             self.process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
         self.pid = self.process.pid
+
+    def checkpoint_writes(self) -> list[str]:
+        """This run's checkpoint writes (a tmp folder named with its pid) and deletions in progress."""
+        return sorted(n for n in hidden_folders(self.run_dir) - self.stale
+                      if (n.startswith(".step_") and f".tmp-{self.pid}-" in n) or n.startswith(".deleting-"))
 
     def running(self) -> bool:
         return self.process.poll() is None
@@ -191,16 +198,53 @@ class Attempt:
         self.process.wait()
 
 
+class Progress:
+    """Every line of metrics.jsonl with the time it was first seen (polled every 20 ms): when a run went on
+    after a kill. The first record after a start or a recovery carries `startup_s/total` (and, after a
+    recovery, `training/recoveries`)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self.lines: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while not self.done.wait(0.02):
+            try:
+                text = self.path.read_text()
+            except OSError:
+                continue
+            now = time.time()
+            with self.lock:
+                for line in text[: text.rfind("\n") + 1].splitlines():
+                    self.lines.setdefault(line, now)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def first(self, since: float, key: str) -> float | None:
+        """When the first line holding `key` written after `since` appeared."""
+        with self.lock:
+            times = [t for line, t in self.lines.items() if t >= since and f'"{key}"' in line]
+        return min(times) if times else None
+
+
 @dataclass
 class Kill:
     target: str  # driver | worker
     moment: str  # what was aimed at: checkpoint | step | start
     in_checkpoint_write: bool  # what was hit: a checkpoint folder was being written or deleted at the kill
+    in_training: bool  # the attempt had entered its training loop (else it was starting up)
     process: str  # the killed process's title
     at_step: int  # the last metrics line at the kill
     after_s: float  # into the attempt
-    outcome: str = ""  # recovered (by the run itself) | restarted (re-run) | finished
-    recovery_s: float | None = None  # from the kill to the next step's line (recovered) or to the re-run's start
+    at: float  # time.time() of the kill
+    outcome: str = ""  # recovered (by the run itself) | restarted (re-run) | finished (it was past its last step)
+    back_to_training_s: float | None = None  # from the kill to the first record after a restart or recovery
 
 
 @dataclass
@@ -230,16 +274,26 @@ def aim(attempt: Attempt, run_dir: Path, target: str, moment: str, rng: random.R
     if target == "worker" and not wait_until(lambda: bool(workers(attempt.pid)), RUN_TIMEOUT_S, attempt, 0.05):
         return False
     if moment == "start":
-        # somewhere in start-up (Ray, actors, model loads, restore): the training loop not yet entered
+        # somewhere in start-up (Ray, actors, model loads, restore), at the latest as the training loop begins
         at = attempt.started + rng.uniform(0, times["startup_s"])
-        return wait_until(lambda: time.time() >= at, RUN_TIMEOUT_S, attempt, 0.01)
+        return wait_until(lambda: time.time() >= at or training_started(run_dir, attempt.started), RUN_TIMEOUT_S,
+                          attempt, 0.01)
     if moment == "checkpoint":
-        if not wait_until(lambda: any(n.startswith(".step_") for n in checkpoint_writes(run_dir)), RUN_TIMEOUT_S,
-                          attempt):
-            return False
-        # somewhere in the write, its sealing, the step's metrics line and the publish (a bit past it: pruning)
-        time.sleep(rng.uniform(0, 1.3 * times["checkpoint_s"]))
-        return attempt.running()
+        # somewhere in the write, its sealing, the step's metrics line or the publish; a write that ended before
+        # the moment came (a faster write than the reference's) is let go, and the next one aimed at earlier
+        longest, tried = times["checkpoint_s"], set()
+
+        def new_write() -> bool:
+            return any(n.startswith(".step_") and n not in tried for n in attempt.checkpoint_writes())
+
+        while True:
+            if not wait_until(new_write, RUN_TIMEOUT_S, attempt):
+                return False
+            tried.update(attempt.checkpoint_writes())
+            time.sleep(rng.uniform(0, longest))
+            if not attempt.running() or attempt.checkpoint_writes():
+                return attempt.running()
+            longest /= 2
     # a step: once the training loop runs, up to two steps later
     if not wait_until(lambda: training_started(run_dir, attempt.started), RUN_TIMEOUT_S, attempt, 0.01):
         return False
@@ -249,7 +303,7 @@ def aim(attempt: Attempt, run_dir: Path, target: str, moment: str, rng: random.R
 
 def kill(attempt: Attempt, run_dir: Path, target: str, moment: str, rng: random.Random, chaos: Chaos) -> Kill | None:
     """SIGKILL to the driver or one of its workers; None if there was none to kill (the run ended)."""
-    below = descendants(attempt.pid)
+    below = descendants(attempt.pid) if target == "driver" else {}
     if target == "driver":
         pid, title = attempt.pid, "rlgraph run"
     else:
@@ -258,23 +312,22 @@ def kill(attempt: Attempt, run_dir: Path, target: str, moment: str, rng: random.
             return None
         pid = rng.choice(sorted(found))
         title = found[pid]
-    writing = bool(checkpoint_writes(run_dir))
+    writing, training = bool(attempt.checkpoint_writes()), training_started(run_dir, attempt.started)
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return None
-    record = Kill(target, moment, writing, title, last_step(run_dir), time.time() - attempt.started)
+    record = Kill(target, moment, writing, training, title, last_step(run_dir), time.time() - attempt.started,
+                  time.time())
     if target == "driver":
         chaos.stragglers.update({p: (start, cmd, time.time()) for p, (start, cmd) in below.items()})
     return record
 
 
-def after_worker_kill(attempt: Attempt, run_dir: Path, killed: Kill, killed_at: float) -> str:
-    """Wait for the run to go on by itself (a later step's line) or to exit: recovered | finished | exited |
+def after_worker_kill(attempt: Attempt, killed: Kill, progress: Progress) -> str:
+    """Wait for the run to go on by itself (a record of a recovery) or to exit: recovered | finished | exited |
     hung."""
-    went_on = wait_until(lambda: last_step(run_dir) > killed.at_step, STALL_S, attempt, 0.05)
-    if went_on:
-        killed.recovery_s = time.time() - killed_at
+    if wait_until(lambda: progress.first(killed.at, "training/recoveries") is not None, STALL_S, attempt, 0.02):
         return "recovered"
     if attempt.running():
         return "hung"
@@ -294,7 +347,7 @@ def chaos_run(run_dir: Path, cmd: list[str], kills: int, rng: random.Random, tim
     started: list[Attempt] = []
 
     def start(reason: str) -> Attempt:
-        new = Attempt(cmd, logs / f"attempt_{len(started) + 1:02d}.log")
+        new = Attempt(cmd, run_dir, logs / f"attempt_{len(started) + 1:02d}.log")
         started.append(new)
         chaos.attempts.append({"reason": reason, "log": str(new.log), "exit": None})
         return new
@@ -302,6 +355,7 @@ def chaos_run(run_dir: Path, cmd: list[str], kills: int, rng: random.Random, tim
     def ended(which: Attempt) -> None:
         chaos.attempts[started.index(which)]["exit"] = which.process.returncode
 
+    progress = Progress(run_dir)
     try:
         attempt = start("first")
         plan = list(zip(targets, moments))
@@ -333,13 +387,12 @@ def chaos_run(run_dir: Path, cmd: list[str], kills: int, rng: random.Random, tim
                 continue
             plan.pop(0)
             failures_in_a_row = 0
-            killed_at = time.time()
             chaos.kills.append(killed)
             print(f"kill {len(chaos.kills)}: {target} ({killed.process}) aiming at {moment}, "
                   f"{'inside' if killed.in_checkpoint_write else 'outside'} a checkpoint write, after step "
                   f"{killed.at_step}", flush=True)
             if target == "worker":
-                outcome = after_worker_kill(attempt, run_dir, killed, killed_at)
+                outcome = after_worker_kill(attempt, killed, progress)
                 if outcome in ("recovered", "finished"):
                     killed.outcome = outcome
                     continue
@@ -351,7 +404,6 @@ def chaos_run(run_dir: Path, cmd: list[str], kills: int, rng: random.Random, tim
                 attempt.process.wait()
             ended(attempt)
             killed.outcome = "restarted"
-            killed.recovery_s = time.time() - killed_at
             attempt = start(f"after kill {len(chaos.kills)} ({target})")
         if not attempt.running():
             ended(attempt)
@@ -359,6 +411,12 @@ def chaos_run(run_dir: Path, cmd: list[str], kills: int, rng: random.Random, tim
         for each in started:
             if each.running():
                 each.stop()
+        progress.stop()
+    for each, after in zip(chaos.kills, [*chaos.kills[1:], None]):
+        back = progress.first(each.at, "startup_s/total")
+        # not measured where the next kill came first (the time would be two kills')
+        if each.outcome != "finished" and back is not None and (after is None or back < after.at):
+            each.back_to_training_s = back - each.at
     return chaos
 
 
@@ -435,7 +493,7 @@ def _score_differences(run_dir: Path, reference: Path) -> list[int]:
 def holds(checked: dict[str, Any]) -> bool:
     return (not checked["incomplete_checkpoints"] and not checked["corrupt_checkpoints_set_aside"]
             and not checked["lost_lines"] and not checked["duplicated_lines"] and not checked["unexpected_lines"]
-            and checked["weights_equal"])
+            and checked["weights_equal"] and not checked["scores_differ_at_steps"])
 
 
 # --- the whole thing ---
@@ -443,7 +501,7 @@ def holds(checked: dict[str, Any]) -> bool:
 
 def reference_run(run_dir: Path, cmd: list[str], log: Path) -> dict[str, float]:
     """The uninterrupted run; what its timings say about when to kill (start-up, a step, a checkpoint write)."""
-    attempt = Attempt(cmd, log)
+    attempt = Attempt(cmd, run_dir, log)
     try:
         attempt.process.wait(timeout=RUN_TIMEOUT_S)
     finally:
@@ -480,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     if steps < 2:
         parser.error("--steps must be 2 or more")
     rng = random.Random(args.seed)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the runs started are stopped too
     max_failures = args.kills + 1 if supports_max_failures() else None
     sets = overrides(steps, max_failures)
     invoked = shlex.join([".venv/bin/python", "bench/chaos.py", *(argv if argv is not None else sys.argv[1:])])
@@ -488,9 +547,10 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="rlgraph-chaos-") as tmp:
         work = args.workdir.resolve() if args.workdir else Path(tmp)
-        logs = work / "logs"
+        reference, chaotic, logs = work / "reference", work / "chaos", work / "logs"
+        if reference.exists() or chaotic.exists():  # they would resume, not run
+            parser.error(f"{work} holds the runs of an earlier chaos run: delete it or pass another --workdir")
         logs.mkdir(parents=True, exist_ok=True)
-        reference, chaotic = work / "reference", work / "chaos"
         print(f"reference: {shlex.join(command(reference, sets))}", flush=True)
         times = reference_run(reference, command(reference, sets), logs / "reference.log")
         print(f"reference: {times['wall_s']:.1f} s (start-up ~{times['startup_s']:.1f} s, step "
@@ -502,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
         chaos_wall = time.time() - clock_chaos
         finished = bool(chaos.attempts) and chaos.attempts[-1]["exit"] == 0
         checked = check(chaotic, reference, steps) if finished else None
-        recovery_lines = sum(len(re.findall(r"recover", Path(a["log"]).read_text(errors="replace"), re.I))
+        recovery_lines = sum(len(re.findall(r"^recovering \(", Path(a["log"]).read_text(errors="replace"), re.M))
                              for a in chaos.attempts if Path(a["log"]).exists())
         # alive now, with how long after their driver's kill
         stragglers = {pid: f"{time.time() - killed_at:.0f} s: {cmd[:120]}"
@@ -523,9 +583,12 @@ def main(argv: list[str] | None = None) -> int:
         "kills_worker": sum(k.target == "worker" for k in kills),
         "kills_inside_checkpoint_write": sum(k.in_checkpoint_write for k in kills),
         "kills_outside_checkpoint_write": sum(not k.in_checkpoint_write for k in kills),
+        "kills_in_startup": sum(not k.in_training for k in kills),
         "recoveries_automatic": sum(k.outcome == "recovered" for k in kills),
         "restarts": sum(k.outcome == "restarted" for k in kills),
         "recovery_console_lines": recovery_lines,
+        "back_to_training_s_recovered": median([k.back_to_training_s for k in kills if k.outcome == "recovered"]),
+        "back_to_training_s_restarted": median([k.back_to_training_s for k in kills if k.outcome == "restarted"]),
         "attempts": len(chaos.attempts),
         "finished": finished,
         "corrupt_checkpoints": (len(checked["incomplete_checkpoints"]) + len(checked["corrupt_checkpoints_set_aside"])
@@ -533,6 +596,7 @@ def main(argv: list[str] | None = None) -> int:
         "lost_metric_lines": len(checked["lost_lines"]) if checked else None,
         "duplicated_metric_lines": len(checked["duplicated_lines"]) if checked else None,
         "weights_equal": checked["weights_equal"] if checked else False,
+        "checkpoint_leftovers": len(checked["leftovers"]) if checked else None,  # hidden folders at the end
         "stragglers_of_killed_drivers_at_end": len(stragglers),
         "problems": len(chaos.problems),
         "wall_s": time.time() - clock,
@@ -563,12 +627,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
+def seconds(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f} s"
+
+
 def summary(result: dict[str, Any]) -> str:
     f = result["figures"]
     lines = [
         f"{f['kills']} kills ({f['kills_driver']} driver, {f['kills_worker']} worker; "
-        f"{f['kills_inside_checkpoint_write']} inside a checkpoint write, {f['kills_outside_checkpoint_write']} outside)",
-        f"{f['recoveries_automatic']} automatic recoveries, {f['restarts']} restarts (re-run), {f['attempts']} runs",
+        f"{f['kills_inside_checkpoint_write']} inside a checkpoint write, {f['kills_outside_checkpoint_write']} outside; "
+        f"{f['kills_in_startup']} during start-up)",
+        f"{f['recoveries_automatic']} automatic recoveries (training again {seconds(f['back_to_training_s_recovered'])} "
+        f"after the kill, median), {f['restarts']} restarts (re-run: {seconds(f['back_to_training_s_restarted'])}), "
+        f"{f['attempts']} runs",
         f"corrupt checkpoints: {f['corrupt_checkpoints']}; lost metric lines: {f['lost_metric_lines']}; "
         f"duplicated: {f['duplicated_metric_lines']}; final weights equal to the reference: {f['weights_equal']}",
         f"wall time {f['wall_s']:.0f} s (chaos run {f['chaos_wall_s']:.0f} s); stragglers of killed drivers at the "
@@ -582,6 +653,38 @@ def summary(result: dict[str, Any]) -> str:
         if checks.get(key):
             lines.append(f"{key}: {checks[key]}")
     return "\n".join(lines)
+
+
+def doc_section(result: dict[str, Any]) -> list[str]:
+    """The figures as markdown, for docs/benchmarks.md (run_all.py renders them)."""
+    f, checks = result["figures"], result["checks"] or {}
+    rows = [
+        ("processes killed (SIGKILL)", f"{f['kills']}: {f['kills_driver']} driver, {f['kills_worker']} worker"),
+        ("... inside a checkpoint write / outside", f"{f['kills_inside_checkpoint_write']} / "
+                                                    f"{f['kills_outside_checkpoint_write']}"),
+        ("... during start-up (before the training loop)", str(f["kills_in_startup"])),
+        ("automatic recoveries (`train.max_failures`)", f"{f['recoveries_automatic']}, training again after "
+                                                        f"{seconds(f['back_to_training_s_recovered'])} (median)"),
+        ("restarts (the same command re-run)", f"{f['restarts']}, training again after "
+                                               f"{seconds(f['back_to_training_s_restarted'])} (median)"),
+        ("corrupt or incomplete checkpoints", str(f["corrupt_checkpoints"])),
+        ("metric lines lost / duplicated", f"{f['lost_metric_lines']} / {f['duplicated_metric_lines']} "
+                                           f"(steps 0..{result['steps']})"),
+        ("final weights equal to the uninterrupted run's", "yes, bit for bit" if f["weights_equal"] else "**no**"),
+        ("wall time", f"{f['wall_s']:.0f} s (the uninterrupted run {result['reference']['wall_s']:.0f} s)"),
+    ]
+    out = [f"`{result['command']}`: the run `rlgraph run {result['spec']}` ({result['steps']} steps, a checkpoint "
+           f"after each) killed {f['kills']} times at random moments: the driver (then re-run) or a worker (the run "
+           "recovers by itself), sometimes the moment a checkpoint write begins. Then every checkpoint is verified "
+           "against its manifest, metrics.jsonl is read and the last checkpoint's weights are compared with an "
+           f"uninterrupted run's. Invariants {'hold' if result['invariants_hold'] else '**broken**'}.", "",
+           "| | |", "|---|---:|"]
+    out += [f"| {name} | {value} |" for name, value in rows]
+    broken = {k: checks[k] for k in ("incomplete_checkpoints", "lost_lines", "duplicated_lines",
+                                      "weights_different") if checks.get(k)}
+    if broken or result["problems"]:
+        out += ["", f"Broken: {json.dumps(broken)[:400]}; problems: {len(result['problems'])}."]
+    return out + [""]
 
 
 if __name__ == "__main__":

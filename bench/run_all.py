@@ -11,9 +11,9 @@ folder whose files come from different runs. Everything in the doc from the GENE
 rewritten; the text above it is kept as it is. `--smoke` runs each script's 1-2-step smoke mode, writes
 bench/results/smoke_*.json and leaves the doc alone.
 
-Time on the 2-core machine, quiet: about 21 min in all, of which bench_trl (2 seeds x 5 trainers x 60 s
-of training, plus start-up and validation after every rlgraph step) is about 14.5 min, bench_scaleout
-about 1.3 and the rest about 5.5 (the last full run's per-script times, the doc's "The commands" table).
+Time on the 2-core machine, quiet: about 21 min in all before bench/chaos.py (--kills 20: 6-9 min more), of
+which bench_trl (2 seeds x 5 trainers x 60 s of training, plus start-up and validation after every rlgraph
+step) is about 14.5 min, bench_scaleout about 1.3 and the rest about 5.5 (the last full run's per-script times, the doc's "The commands" table).
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ SCRIPTS: dict[str, tuple[list[str], list[str]]] = {
     "profile": (["bench/profile_step.py", "--steps", "20", "--warmup", "4"], ["bench/profile_step.py", "--smoke"]),
     "scaleout": (["bench/bench_scaleout.py", "--steps", "8"], ["bench/bench_scaleout.py", "--smoke"]),
     "trl": (["bench/bench_trl.py", "--budget", "60", "--seeds", "2"], ["bench/bench_trl.py", "--smoke"]),
+    "chaos": (["bench/chaos.py", "--kills", "20"], ["bench/chaos.py", "--kills", "2", "--steps", "4", "--output",
+                                                  "bench/results/smoke_chaos.json"]),
 }
 
 
@@ -80,7 +82,7 @@ def run_scripts(names: list[str], smoke: bool, run_id: str) -> dict[str, Any]:
 
 RESULTS_DIR = [RESULTS]  # where `load` reads; --results changes it
 RUN = [None]  # the run id every result in the doc must carry; set by write_doc
-RESULT_NAMES = ("check", "plan", "startup", "overhead", "floor", "profile", "scaleout", "trl")
+RESULT_NAMES = ("check", "plan", "startup", "overhead", "floor", "profile", "scaleout", "trl", "chaos")
 
 
 class MixedRuns(Exception):
@@ -220,6 +222,11 @@ def render(run: dict[str, Any]) -> str:
     scaleout = load("scaleout")
     if scaleout:
         out += render_scaleout(scaleout)
+    chaos = load("chaos")
+    if chaos:
+        from chaos import doc_section  # bench/ is on the path: scripts run as `python bench/<script>.py`
+
+        out += doc_section(chaos)
     missing = [name for name in RESULT_NAMES if name in run.get("scripts", {}) and load(name) is None]
     if missing:
         out += [f"Not in this run's results (the script failed): {', '.join(missing)}.", ""]

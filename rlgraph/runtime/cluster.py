@@ -63,16 +63,25 @@ def ray_cluster(plan: Plan, address: str | None = None, *, quiet: bool = True) -
 
         yield Cluster("attached", ray.get_runtime_context().gcs_address)
         return
+    watchdog = None
     if address:
         cluster = _connect(address, quiet)
     else:
         cluster = _start_local(Resources.of(plan), quiet)
+        if sys.platform.startswith("linux"):
+            from rlgraph.runtime import watchdog as watchdogs
+
+            watchdog = watchdogs.start()  # cleans up the instance if this process is killed outright
     try:
         yield cluster
     finally:
         import ray
 
         ray.shutdown()  # for "remote" this only disconnects; for "local" it stops what we started
+        if watchdog is not None:
+            from rlgraph.runtime import watchdog as watchdogs
+
+            watchdogs.stop(watchdog)
 
 
 def _ray_initialized() -> bool:

@@ -131,7 +131,9 @@ def run_plan(
         recoveries = 0
         while True:
             lowered = Lowered()
-            running = False  # a process that dies while the processes start is not recovered from: it would again
+            # a process that dies while the run's processes first start would die again: not recovered from;
+            # one that dies while a recovery restarts them counts as one more failure
+            running = recoveries > 0
             try:
                 with ray_errors(lowered.actor_names):
                     lower(plan, specs, lowered, timeout_s=timeout_s)

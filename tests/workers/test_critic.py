@@ -58,7 +58,8 @@ def test_update_reduces_value_loss(tiny_model_dir, rollout):
         metrics = critic.update(rollout, values, returns, settings=settings)
         losses.append(metrics["critic/vf_loss"])
     assert losses[-1] < 0.5 * losses[0]
-    names = {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr"}
+    names = {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr",
+             "critic/skipped_update_frac"}
     assert set(metrics) == names
 
 

@@ -67,6 +67,7 @@ def test_zero_advantage_update_leaves_weights_unchanged(actor, rollout):
         "actor/entropy",
         "actor/grad_norm",
         "actor/lr",
+        "actor/skipped_update_frac",
     }
 
 
