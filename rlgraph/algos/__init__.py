@@ -13,7 +13,14 @@ from rlgraph.algos.advantages import (
 )
 from rlgraph.algos.core import AGG_MODES, agg_loss, masked_mean, masked_var, masked_whiten
 from rlgraph.algos.kl import KL_KINDS, AdaptiveKLController, FixedKLController, apply_kl_penalty, kl_penalty
-from rlgraph.algos.losses import entropy_from_logits, entropy_loss, gspo_policy_loss, policy_loss, value_loss
+from rlgraph.algos.losses import (
+    cispo_policy_loss,
+    entropy_from_logits,
+    entropy_loss,
+    gspo_policy_loss,
+    policy_loss,
+    value_loss,
+)
 from rlgraph.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, get_advantage_estimator, get_policy_loss
 
 __all__ = [
@@ -25,6 +32,7 @@ __all__ = [
     "FixedKLController",
     "agg_loss",
     "apply_kl_penalty",
+    "cispo_policy_loss",
     "entropy_from_logits",
     "entropy_loss",
     "gae",

@@ -102,6 +102,40 @@ def gspo_policy_loss(
     return pg_loss, metrics
 
 
+def cispo_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    agg: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """CISPO (MiniMax-M1, 2025): clip the importance weight, not the update.
+
+    loss = -sg(clip(ratio, 1 - clip_low, 1 + clip_high)) * A * log_prob. The clipped ratio only scales
+    each token's REINFORCE gradient, so a token whose ratio left the range still learns; PPO's clip
+    zeroes exactly those tokens, which are often the rare "fork" tokens of a reasoning trace. The paper
+    sets no lower bound (a large clip_low) and tunes clip_high.
+    """
+    old_log_prob = zero_masked(old_log_prob, response_mask)
+    log_prob = zero_masked(log_prob, response_mask)
+    advantages = zero_masked(advantages, response_mask)
+
+    log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (batch, response_len)
+    ratio = torch.exp(log_ratio).detach()
+    is_weight = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    pg_losses = -is_weight * advantages * log_prob
+    pg_loss = agg_loss(pg_losses, response_mask, agg)
+
+    metrics = {
+        "actor/pg_clipfrac": masked_mean((is_weight != ratio).to(ratio.dtype), response_mask).item(),
+        "actor/pg_clipfrac_lower": 0.0,  # CISPO has no dual clip
+        "actor/ppo_kl": masked_mean(-log_ratio, response_mask).item(),
+    }
+    return pg_loss, metrics
+
+
 def value_loss(
     vpreds: torch.Tensor,
     returns: torch.Tensor,

@@ -13,7 +13,7 @@ from rlgraph.algos.advantages import (
     remax_advantage,
     rloo_advantage,
 )
-from rlgraph.algos.losses import gspo_policy_loss, policy_loss
+from rlgraph.algos.losses import cispo_policy_loss, gspo_policy_loss, policy_loss
 
 ADVANTAGE_ESTIMATORS: dict[str, Callable] = {
     "gae": gae,
@@ -27,6 +27,7 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable] = {
 POLICY_LOSSES: dict[str, Callable] = {
     "vanilla": policy_loss,
     "gspo": gspo_policy_loss,
+    "cispo": cispo_policy_loss,
 }
 
 

@@ -66,7 +66,8 @@ _KWARGS: dict[tuple[str, str], dict[str, Key]] = {
         "clip_c": Key(Float(min=1.0), "dual-clip bound for negative advantages (> 1)", 3.0),
         "kl_coef": Key(Float(min=0.0), "KL loss coefficient; needs ref_log_prob (0 = off)", 0.0),
         "kl_kind": Key(Choice(KL_KINDS), "KL estimator of the KL loss", "low_var_kl"),
-        "policy_loss": Key(Choice(("vanilla", "gspo")), "token-level PPO or sequence-level GSPO", "vanilla"),
+        "policy_loss": Key(Choice(("vanilla", "gspo", "cispo")),
+                           "token-level PPO, sequence-level GSPO, or CISPO (clipped, detached IS weight)", "vanilla"),
     },
     ("critic", "update"): {
         **_UPDATE_COMMON,

@@ -172,6 +172,7 @@ class RewardSettings:
 
     max_invalid_fraction: float  # share of a batch's rows that may get no usable score (left out of the update)
     timeout_s: float  # the most seconds one call of the function (one row) may take
+    batched: bool  # the function takes the batch's columns as lists and returns a list of scores
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,7 @@ class TrainSettings:
     keep_checkpoints: int
     deterministic: bool  # GPU workers use deterministic kernels (CPU ones always are)
     max_failures: int  # worker-process deaths recovered from (restart + latest checkpoint) before giving up
+    samples_every: int  # steps between samples written to samples.jsonl (0 = never)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ RESUME_SAFE = frozenset({
     "train.keep_checkpoints",
     "train.val_samples",
     "train.max_failures",
+    "train.samples_every",
     "data.val",
     "data.val_batch_size",
 })
@@ -96,6 +97,8 @@ def flatten(plan: dict[str, Any]) -> dict[str, Any]:
         out.update(_dotted(name, {**_values(role, "config"), **fields}))
     for name, fn in (plan.get("rewards") or {}).items():
         out[f"rewards.{name}"] = fn
+    for name, guards in (plan.get("reward_settings") or {}).items():  # timeout_s, max_invalid_fraction
+        out.update(_dotted(f"rewards.{name}", guards))
     for source, target in plan.get("syncs") or []:
         out[f"sync {source} -> {target}"] = True
     for call in plan.get("calls") or []:

@@ -91,10 +91,10 @@ def data_settings(program: Program) -> s.DataSettings | None:
 
 
 def reward_settings(values: dict[str, Any]) -> s.RewardSettings:
-    return s.RewardSettings(values["max_invalid_fraction"], values["timeout_s"])
+    return s.RewardSettings(values["max_invalid_fraction"], values["timeout_s"], values["batched"])
 
 
 def train_settings(values: dict[str, Any]) -> s.TrainSettings:
     return s.TrainSettings(values["steps"], values["seed"], values["validate_every"], values["val_samples"],
                            values["checkpoint_every"], values["keep_checkpoints"], values["deterministic"],
-                           values["max_failures"])
+                           values["max_failures"], values["samples_every"])

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -59,6 +60,19 @@ class RunConsole:
         if not self.enabled:
             return
         (self.progress.console if self.progress else self.console).print(message, highlight=False)
+
+    def sample(self, sample: dict[str, Any], width: int = 60) -> None:
+        """One row of samples.jsonl as a line: the model's text may hold markup brackets and newlines."""
+        def short(value: Any) -> str:
+            text = repr(str(value))
+            return text if len(text) <= width else text[: width - 4] + "...'"
+
+        def number(value: float | None) -> str:
+            return "-" if value is None else f"{value:.3f}"
+
+        self.log(escape(f"step {sample['step']} sample: {short(sample['prompt'])} -> {short(sample['response'])} "
+                        f"(truth {short(sample['ground_truth'])}) score {number(sample['score'])} "
+                        f"advantage {number(sample['advantage'])}"))
 
     def start(self, total: int, done: int) -> None:
         if not self.enabled:

@@ -31,7 +31,7 @@ from rlgraph.runtime.group import Pending, StageBatch
 from rlgraph.runtime.lowering import Lowered
 from rlgraph.runtime.metrics import batch_metrics, timing_name
 from rlgraph.runtime.step import (SEMANTIC_PORTS, StepResult, add_time, derive_seed, role_entry,  # noqa: F401
-                                  step_arguments)
+                                  step_arguments, step_samples, wants_samples)
 from rlgraph.runtime.roles import WorkerSpec, generate_call
 from rlgraph.runtime.transforms import DriverCalls
 from rlgraph.runtime.weight_sync import start_sync
@@ -239,6 +239,8 @@ class StepDriver:
                 fields.semantic["values"] = fields.local(call.outputs[0][1])
         result.metrics.update(batch_metrics(rollout, fields.semantic))
         result.metrics["perf/total_num_tokens"] = int(rollout.attention_mask.sum())
+        if wants_samples(self.plan, step):
+            result.samples = step_samples(rollout, fields.semantic, step)
         return result
 
     def _run_on_driver(self, call: CallPlan, step: int, fields: Fields, result: StepResult) -> None:

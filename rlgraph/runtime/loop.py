@@ -291,6 +291,9 @@ class Trainer:
                 writer.write(record)  # on disk before its checkpoint is published: a resume from it has the line
                 if staged is not None:
                     last_checkpoint = staged.publish(keep)
+                if result.samples:
+                    write_samples(self.run_dir / SAMPLES_FILE, result.samples)
+                    self.console.sample(result.samples[0])
                 self.console.update(step, record.get("critic/score/mean"), last_val)
                 self.update_guard.observe(step, record, self.console.log)
         finally:
@@ -407,6 +410,19 @@ class Trainer:
         if result.checkpoint:
             self.console.log(f"checkpoint: {result.checkpoint}")
         self.console.log(f"metrics: {result.run_dir / 'metrics.jsonl'}; curves: {result.run_dir / 'curves.png'}")
+
+
+SAMPLES_FILE = "samples.jsonl"
+
+
+def write_samples(path: Path, samples: list[dict[str, Any]]) -> None:
+    """One JSON line per sample, appended: a person reads the file as the run goes."""
+    import json
+
+    with open(path, "a", encoding="utf-8") as file:
+        for sample in samples:
+            # a ground truth or data source of a user's dataset may be anything: shown as text then
+            file.write(json.dumps(sample, ensure_ascii=False, default=str) + "\n")
 
 
 def validation_reward(plan: Plan) -> str | None:

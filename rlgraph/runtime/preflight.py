@@ -7,6 +7,7 @@ row), a reward function that does not import, a feature the runtime does not hav
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,13 +117,16 @@ def _resolve_models(plan: Plan) -> dict[str, str]:
 def _load_rewards(plan: Plan) -> dict[str, Any]:
     from rlgraph.workers import RewardFunctionError, RuleReward
 
+    # the spec's folder: a relative file path in `fn` is read from there, and a module is looked for there
+    base_dir = os.path.dirname(os.path.abspath(plan.spec)) if plan.spec and os.path.isfile(plan.spec) else None
     rewards = {}
     for name, fn in plan.rewards.items():
         guards = plan.reward_settings.get(name)
         if guards is None:  # a Plan built by hand without them
             raise PreflightError(f"reward `{name}` has no settings in the plan (max_invalid_fraction, timeout_s)")
         try:
-            rewards[name] = RuleReward(fn, max_invalid_fraction=guards.max_invalid_fraction, timeout_s=guards.timeout_s)
+            rewards[name] = RuleReward(fn, max_invalid_fraction=guards.max_invalid_fraction, timeout_s=guards.timeout_s,
+                                       base_dir=base_dir, batched=guards.batched)
         except RewardFunctionError as err:
             raise PreflightError(f"reward `{name}`: {err}") from None
     return rewards

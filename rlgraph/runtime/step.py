@@ -20,6 +20,29 @@ from rlgraph.runtime.metrics import batch_metrics, timing_name
 
 # Port meanings the batch metrics read (critic/score, critic/rewards, ...).
 SEMANTIC_PORTS = ("scores", "rewards", "advantages", "returns", "values")
+SAMPLES_PER_STEP = 4  # rows of a step written to samples.jsonl
+
+
+def step_samples(rollout: Any, semantic: dict[str, Any], step: int,
+                 rows: int = SAMPLES_PER_STEP) -> list[dict[str, Any]]:
+    """A few rows of the step as a person reads them: what the model was asked, what it answered, what the
+    reward saw and made of it. Rows spread over the batch, so they answer different prompts."""
+    size = len(rollout)
+    picked = list(range(0, size, max(1, size // rows)))[:rows]
+    scores = semantic.get("scores", semantic.get("rewards"))  # (batch, R): a row's score sits on one column
+    advantages = semantic.get("advantages")
+    mask = rollout.loss_mask.float()
+    samples = []
+    for i in picked:
+        sample = {"step": step, "uid": rollout.uid[i], "data_source": rollout.data_source[i],
+                  "prompt": rollout.prompt_text[i], "response": rollout.response_text[i],
+                  "ground_truth": rollout.ground_truth[i],
+                  "score": float(scores[i].sum()) if scores is not None else None,
+                  # the mean over the trained tokens: an outcome estimator's (GRPO, RLOO) one value per row
+                  "advantage": float((advantages[i] * mask[i]).sum() / mask[i].sum().clamp(min=1))
+                  if advantages is not None else None}
+        samples.append(sample)
+    return samples
 
 
 def derive_seed(seed: int, step: int, purpose: str) -> int:
@@ -52,6 +75,12 @@ class StepResult:
     metrics: dict[str, float] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=dict)
     stages: list[float] = field(default_factory=list)  # wall seconds of each stage of the schedule
+    samples: list[dict[str, Any]] = field(default_factory=list)  # every train.samples_every steps: `step_samples`
+
+
+def wants_samples(plan: Plan, step: int) -> bool:
+    every = plan.train.samples_every if plan.train is not None else 0
+    return bool(every) and step % every == 0
 
 
 def add_time(timing: dict[str, float], name: str, seconds: float) -> None:
@@ -87,6 +116,8 @@ class LocalStep:
         rollout = values[self.responses]
         result.metrics.update(batch_metrics(rollout, semantic))
         result.metrics["perf/total_num_tokens"] = int(rollout.attention_mask.sum())
+        if wants_samples(self.plan, step):
+            result.samples = step_samples(rollout, semantic, step)
         return result, self.driver_calls.state_dict()
 
     def _role(self, call: CallPlan, step: int, values: dict, result: StepResult, semantic: dict) -> None:

@@ -66,6 +66,7 @@ class DriverCalls:
             self.unscored = (rollout, unscored)
             # with no share allowed an unscored row is an error, so the count would always read 0
             metrics = {f"reward/{call.target}/invalid": result.num_invalid} if reward.max_invalid_fraction else {}
+            metrics.update({f"reward/{call.target}/{key}": value for key, value in result.extras.items()})
             return {"scores": result.token_level_scores}, metrics
         if call.target == "kl_penalty":
             controller = self.kl_controllers[call.id]

@@ -241,13 +241,18 @@ BLOCKS: dict[str, BlockSchema] = {
     }),
     "role": BlockSchema("a role in training: actor, rollout, ref, critic or reward_model", keys=_ALL_ROLE_KEYS,
                         blocks={"optim": OPTIM}),
-    "reward": BlockSchema("a rule reward: a Python function `module:function`", keys={
-        "fn": Key(Str(), "`module:function` with signature (data_source, solution_str, ground_truth, extra_info)",
+    "reward": BlockSchema("a rule reward: a Python function `module:function` or `path/to/file.py:function`", keys={
+        "fn": Key(Str(), "`module:function` or `file.py:function` (a relative path and a module are looked for in the "
+                  "spec's folder too) with signature (data_source, solution_str, ground_truth, extra_info), "
+                  "returning a float or a dict with a float `score`",
                   required=True),
         "max_invalid_fraction": Key(Float(0.0, 1.0), "share of a batch's rows that may get no usable score (NaN, "
                                     "inf, not a number): those rows are left out of the update; more is an error",
                                     0.0),
         "timeout_s": Key(Float(min=0.001), "the most seconds one call of the function (one row) may take", 60.0),
+        "batched": Key(Bool(), "the function takes the batch as lists (data_sources, solution_strs, ground_truths, "
+                       "extra_infos) and returns a list of scores, in one call per batch (timeout_s is for that call)",
+                       False),
     }),
     "data": BlockSchema("the prompts", named=False, keys={
         "train": Key(Str(), "training prompts: parquet/jsonl path or `builtin:arith/train`", required=True),
@@ -269,5 +274,7 @@ BLOCKS: dict[str, BlockSchema] = {
                             "the processes and goes on from the latest checkpoint (0 = stop at the first)", 3),
         "deterministic": Key(Bool(), "GPU: deterministic kernels, so a resumed run repeats bit for bit "
                              "(slower; CPU runs always are)", False),
+        "samples_every": Key(Int(min=0), "every k steps, write a few of the step's prompts, responses, scores and "
+                             "advantages to samples.jsonl and show one on the console (0 = never)", 10),
     }),
 }

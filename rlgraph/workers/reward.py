@@ -1,7 +1,8 @@
 """Rule rewards: a user function `fn(data_source, solution_str, ground_truth, extra_info) -> float`, per sample.
 
-What the function returns must be a finite number (`as_score`); a row that gets anything else (NaN, inf,
-a string, None) has no usable score. By default that is an error naming the row; `max_invalid_fraction`
+What the function returns must be a finite number (`as_score`), or a dict with one under `score` (verl's
+form; its other numeric keys are averaged over the batch, `RewardScores.extras`); a row that gets anything
+else (NaN, inf, a string, None) has no usable score. By default that is an error naming the row; `max_invalid_fraction`
 lets up to that share of a batch go unscored, and those rows are reported (`RewardScores.valid`) so the
 step leaves them out of the update. With `timeout_s` the function runs in a process of its own
 (rlgraph/workers/reward_process.py): a row past the timeout, or a function that ends its process, is an
@@ -10,14 +11,14 @@ error naming the row instead of a hung or vanished run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.reward_process import (RewardFn, RewardFunctionError, RewardProcess, RewardProcessError,
-                                            load_reward_fn, score_rows, shown)
+                                            BATCH, check_signature, load_reward_fn, score_rows, shown)
 
 __all__ = ["RewardFunctionError", "RewardScores", "RuleReward", "load_reward_fn"]
 
@@ -26,6 +27,7 @@ __all__ = ["RewardFunctionError", "RewardScores", "RuleReward", "load_reward_fn"
 class RewardScores:
     token_level_scores: torch.Tensor  # (batch, R) float32: each row's score on its reward_index, 0 elsewhere
     valid: torch.Tensor  # (batch,) bool: False where the function gave no usable score (the score is 0 there)
+    extras: dict[str, float] = field(default_factory=dict)  # a dict's other numeric keys, each a batch mean
 
     @property
     def num_invalid(self) -> int:
@@ -39,20 +41,35 @@ class RuleReward:
     always gives one, so a user's function runs in a process of its own.
     """
 
-    def __init__(self, fn: RewardFn | str, *, max_invalid_fraction: float = 0.0, timeout_s: float | None = None) -> None:
-        # loaded here too when given by name, so a missing module is found before anything starts
-        self.fn = load_reward_fn(fn) if isinstance(fn, str) else fn
+    def __init__(self, fn: RewardFn | str, *, max_invalid_fraction: float = 0.0, timeout_s: float | None = None,
+                 base_dir: str | None = None, batched: bool = False) -> None:
+        """`base_dir`: the spec's folder, where a relative file path and a module are looked for. `batched`:
+        `fn(data_sources, solution_strs, ground_truths, extra_infos)` takes lists and returns a list of scores
+        (verl's batch reward), in one call per batch; its `timeout_s` is for that call."""
+        self.batched = batched
+        # loaded here too when given by name, so a missing module or a wrong signature is found before
+        # anything starts
+        self.base_dir = base_dir
+        self.fn = load_reward_fn(fn, base_dir) if isinstance(fn, str) else fn
         self.spec = fn
         if isinstance(fn, str):
             self.name = fn
         else:
             self.name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+        check_signature(self.fn, self.name, batched)
         self.max_invalid_fraction = max_invalid_fraction
         self.timeout_s = timeout_s
         self._process: RewardProcess | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_process": None}  # a copy in another process starts its own child
+        # a copy in another process starts its own child, and loads a function named by a string itself:
+        # one from a file, or from the spec's folder, cannot be unpickled by reference there
+        return {**self.__dict__, "_process": None, "fn": None if isinstance(self.spec, str) else self.fn}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.fn is None:
+            self.fn = load_reward_fn(self.spec, self.base_dir)
 
     def close(self) -> None:
         if self._process is not None:
@@ -67,15 +84,19 @@ class RuleReward:
         exits, or when more rows than `max_invalid_fraction` allows get no usable score."""
         rows = list(zip(rollout.data_source, rollout.response_text, rollout.ground_truth, rollout.extra_info))
         if self.timeout_s is None:
-            values, error = score_rows(self.fn, rows)
+            values, error, extras = score_rows(self.fn, rows, batched=self.batched)
         else:
             if self._process is None:
-                self._process = RewardProcess(self.spec, self.name, self.timeout_s)
+                self._process = RewardProcess(self.spec, self.name, self.timeout_s, self.base_dir, self.batched)
             try:
-                values, error = self._process.score(rows)
+                values, error, extras = self._process.score(rows)
             except RewardProcessError as err:
                 where = "" if err.row is None else f" ({describe_row(rollout, err.row)})"
                 raise RewardFunctionError(f"{err}{where}") from None
+        if error is not None and error[0] == BATCH:
+            _, what, line, exc = error
+            raise RewardFunctionError(f"batched reward function {self.name} {what} on a batch of {len(rows)} rows"
+                                      + (f", at {line}" if line else "")) from exc
         if error is not None:
             row, what, line, exc = error
             raise RewardFunctionError(
@@ -88,16 +109,17 @@ class RuleReward:
                        if self.max_invalid_fraction else "max_invalid_fraction = 0 allows none")
             raise RewardFunctionError(
                 f"reward function {self.name} returned {values[row]} on row {row} ({describe_row(rollout, row)}), "
-                f"which is not a usable score (a finite number); {len(invalid)} of {len(rows)} rows had none "
-                f"(rows {_first_rows(invalid)}). {allowed}: fix the function, or raise `max_invalid_fraction` in "
+                f"which is not a usable score (a finite number, or a dict holding one under 'score'); "
+                f"{len(invalid)} of {len(rows)} rows had none (rows {_first_rows(invalid)}). {allowed}: fix the function, or raise `max_invalid_fraction` in "
                 "the reward's block to leave up to that share of a batch's rows out of the update."
             )
         valid = torch.ones(len(rows), dtype=torch.bool)
         valid[invalid] = False
-        scores = torch.tensor([0.0 if isinstance(v, str) else v for v in values], dtype=torch.float32)
+        numbers = [0.0 if isinstance(v, str) else v for v in values]
         token_level_scores = torch.zeros(rollout.responses.shape, dtype=torch.float32)  # (batch, R)
-        token_level_scores[torch.arange(len(rollout)), rollout.reward_index.cpu()] = scores
-        return RewardScores(token_level_scores, valid)
+        token_level_scores[torch.arange(len(rollout)), rollout.reward_index.cpu()] = torch.tensor(numbers)
+        means = {key: sum(extra) / len(extra) for key, extra in extras.items()}
+        return RewardScores(token_level_scores, valid, means)
 
 
 def describe_row(rollout: Rollout, row: int) -> str:

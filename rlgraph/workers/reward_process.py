@@ -33,8 +33,9 @@ RewardFn = Callable[..., Any]
 Row = tuple[Any, str, Any, Any]  # (data_source, solution_str, ground_truth, extra_info)
 # What scoring a batch gives: per row a float (a usable score) or the repr of what the function returned
 # instead; then the error that stopped it, as (row, "TypeName: message", where in the function it was raised,
-# the exception itself: None once it has crossed from the child), or None.
-Scored = tuple[list[Any], tuple[int, str, str, BaseException | None] | None]
+# the exception itself: None once it has crossed from the child), or None; then the numeric extra values of
+# rows that returned a dict, by key.
+Scored = tuple[list[Any], tuple[int, str, str, BaseException | None] | None, dict[str, list[float]]]
 
 _SHOWN_CHARS = 200  # of a value or an argument in a message
 
@@ -51,31 +52,100 @@ class RewardProcessError(RewardFunctionError):
         self.row = row  # the row it was scoring, None if it was not scoring one (loading the function)
 
 
-def load_reward_fn(spec: str) -> RewardFn:
-    """Import `"package.module:function"` and return the function."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
+def load_reward_fn(spec: str, base_dir: str | None = None) -> RewardFn:
+    """The function named by `spec`: `"package.module:function"`, or verl's file form `"path/to/file.py:function"`.
+
+    `base_dir` is the spec file's folder: a relative file path is read from there, and a module is looked
+    for there too (after sys.path), so a `reward.py` next to the spec is found without setting PYTHONPATH.
+    """
+    where, sep, attr = spec.rpartition(":")  # rpartition: a file path may hold a ':' itself
+    if not sep or not where or not attr:
         raise RewardFunctionError(
-            f"reward function {spec!r} must be written as 'module:function', e.g. 'rlgraph.tasks.arith:exact_match'"
+            f"reward function {spec!r} must be written as 'module:function' (e.g. 'rlgraph.tasks.arith:exact_match') "
+            "or 'path/to/file.py:function'"
         )
+    if where.endswith(".py") or "/" in where or os.sep in where:
+        module, what = _module_from_file(spec, where, base_dir), f"file {where!r}"
+    else:
+        module, what = _import_module(spec, where, base_dir), f"module {where!r}"
+    fn = module
+    for part in attr.split("."):
+        if not hasattr(fn, part):
+            raise RewardFunctionError(f"reward function {spec!r}: {what} has no attribute {attr!r}")
+        fn = getattr(fn, part)
+    if not callable(fn):
+        raise RewardFunctionError(f"reward function {spec!r}: {attr} in {what} is a {type(fn).__name__}, not callable")
+    return fn
+
+
+def _import_module(spec: str, module_name: str, base_dir: str | None) -> Any:
+    if base_dir is not None and base_dir not in sys.path:
+        sys.path.append(base_dir)  # after the installed packages: a spec's folder never shadows them
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as err:
-        raise RewardFunctionError(f"reward function {spec!r}: module {module_name!r} not found ({err})") from err
+        looked = f"sys.path and the spec's folder ({base_dir})" if base_dir is not None else "sys.path"
+        raise RewardFunctionError(
+            f"reward function {spec!r}: module {module_name!r} not found ({err}); it was looked for on {looked}. "
+            "Put the module next to the spec, add its folder to PYTHONPATH, install its package, or name the "
+            "file itself: 'path/to/file.py:function'."
+        ) from err
     except Exception as err:
         raise RewardFunctionError(
             f"reward function {spec!r}: importing module {module_name!r} failed with {type(err).__name__}: {err}"
         ) from err
-    fn = module
-    for part in attr.split("."):
-        if not hasattr(fn, part):
-            raise RewardFunctionError(f"reward function {spec!r}: module {module_name!r} has no attribute {attr!r}")
-        fn = getattr(fn, part)
-    if not callable(fn):
+
+
+def _module_from_file(spec: str, path: str, base_dir: str | None) -> Any:
+    import importlib.util
+
+    file = os.path.abspath(os.path.join(base_dir or os.getcwd(), os.path.expanduser(path)))
+    relative = "" if os.path.isabs(os.path.expanduser(path)) else f" (relative to {base_dir or os.getcwd()})"
+    if not os.path.isfile(file):
+        raise RewardFunctionError(f"reward function {spec!r}: file {file} not found{relative}")
+    # one module per file, named by its path: loading the same file twice gives the same function
+    name = "rlgraph_reward_" + "".join(c if c.isalnum() else "_" for c in file)
+    if name in sys.modules:
+        return sys.modules[name]
+    module_spec = importlib.util.spec_from_file_location(name, file)
+    if module_spec is None or module_spec.loader is None:
+        raise RewardFunctionError(f"reward function {spec!r}: {file} cannot be imported (is it a .py file?)")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # before running it: pickle and dataclasses look a module up by name
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException as err:
+        del sys.modules[name]
+        if not isinstance(err, Exception):
+            raise
         raise RewardFunctionError(
-            f"reward function {spec!r}: {module_name}.{attr} is a {type(fn).__name__}, not callable"
-        )
-    return fn
+            f"reward function {spec!r}: running {file} failed with {type(err).__name__}: {err}"
+        ) from err
+    return module
+
+
+_ARGUMENTS = ("data_source", "solution_str", "ground_truth", "extra_info")
+
+
+def check_signature(fn: RewardFn, name: str, batched: bool = False) -> None:
+    """A RewardFunctionError unless `fn` takes the four arguments a reward is called with (positionally)."""
+    arguments = tuple(f"{a}s" for a in _ARGUMENTS) if batched else _ARGUMENTS
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without one: the call will tell
+        return
+    try:
+        signature.bind(*arguments)
+    except TypeError as err:
+        code = getattr(fn, "__code__", None)
+        where = f" (in {code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+        raise RewardFunctionError(
+            f"reward function {name}{where} has the signature {getattr(fn, '__name__', 'fn')}{signature}, which "
+            f"cannot take the arguments a reward is called with: fn({', '.join(arguments)}) ({err}). Write it as "
+            f"`def fn({', '.join(arguments[:3])}, {arguments[3]}=None)` (verl's signature)."
+        ) from None
 
 
 def as_score(value: Any) -> float | None:
@@ -103,9 +173,33 @@ def shown(value: Any) -> str:
     return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
 
 
-def score_rows(fn: RewardFn, rows: list[Row], on_row: Callable[[int], None] | None = None) -> Scored:
-    """Call `fn` on each row until one raises."""
+def score_rows(fn: RewardFn, rows: list[Row], on_row: Callable[[int], None] | None = None,
+               batched: bool = False) -> Scored:
+    """Call `fn` on each row until one raises; a `batched` function once, on the columns as lists.
+
+    A function may return a number, or (as in verl) a dict whose `score` is the number and whose other
+    keys are extra values: the numeric ones are gathered by key (a metric each); like verl's metrics,
+    the others (text, None) are left out. A batched function's error is reported on the row `BATCH`.
+    """
     values: list[Any] = []
+    extras: dict[str, list[float]] = {}
+    if batched:
+        if not rows:
+            return values, None, extras
+        if on_row is not None:
+            on_row(BATCH)
+        try:
+            returned = fn(*(list(column) for column in zip(*rows)))  # data_sources, solution_strs, ...
+        except Exception as err:
+            frame = traceback.extract_tb(err.__traceback__)[-1]
+            return values, (BATCH, f"raised {type(err).__name__}: {err}", f"{frame.filename}:{frame.lineno}", err), extras
+        returned = returned.tolist() if hasattr(returned, "tolist") else returned  # numpy, torch
+        if not isinstance(returned, (list, tuple)) or len(returned) != len(rows):
+            return values, (BATCH, f"returned {shown(returned)}, not a list of {len(rows)} scores (one per row)",
+                            "", None), extras
+        for value in returned:
+            _take(value, values, extras)
+        return values, None, extras
     for i, args in enumerate(rows):
         if on_row is not None:
             on_row(i)
@@ -113,16 +207,26 @@ def score_rows(fn: RewardFn, rows: list[Row], on_row: Callable[[int], None] | No
             value = fn(*args)
         except Exception as err:
             frame = traceback.extract_tb(err.__traceback__)[-1]
-            return values, (i, f"{type(err).__name__}: {err}", f"{frame.filename}:{frame.lineno}", err)
-        number = as_score(value)
-        values.append(shown(value) if number is None else number)
-    return values, None
+            return values, (i, f"{type(err).__name__}: {err}", f"{frame.filename}:{frame.lineno}", err), extras
+        _take(value, values, extras)
+    return values, None, extras
+
+
+def _take(value: Any, values: list[Any], extras: dict[str, list[float]]) -> None:
+    number = as_score(value.get("score") if isinstance(value, dict) else value)
+    values.append(shown(value) if number is None else number)
+    if isinstance(value, dict) and number is not None:
+        for key, extra in value.items():
+            extra = as_score(extra) if key != "score" and isinstance(key, str) else None
+            if extra is not None:
+                extras.setdefault(key, []).append(extra)
 
 
 # --- the child process -------------------------------------------------------------------------------
 
 _NOT_SCORING = -1  # the row slot while the child waits for work
 _LOADING = -2  # ... while it imports the function
+BATCH = -3  # ... while a batched function scores the whole batch (in a Scored error: the batch, not a row)
 _SLOT = struct.Struct("<qd")  # (row being scored, time.monotonic() when it started), shared with the parent
 _LOAD_TIMEOUT_S = 60.0  # importing a reward module may take a while (sympy, ...), whatever timeout_s is
 _CHILD_CODE = "import sys; from rlgraph.workers.reward_process import serve; serve(int(sys.argv[1]), int(sys.argv[2]))"
@@ -141,11 +245,11 @@ def serve(conn_fd: int, slot_fd: int) -> None:
 
     threading.Thread(target=orphaned, daemon=True).start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    path, fn_ref = conn.recv()
+    path, fn_ref, base_dir, batched = conn.recv()
     sys.path[:] = path  # the parent's: a reward module next to the spec, or put there by a test
     _SLOT.pack_into(slot, 0, _LOADING, time.monotonic())
     try:
-        fn = load_reward_fn(fn_ref) if isinstance(fn_ref, str) else pickle.loads(fn_ref)
+        fn = load_reward_fn(fn_ref, base_dir) if isinstance(fn_ref, str) else pickle.loads(fn_ref)
     except Exception as err:
         conn.send(("error", str(err)))
         return
@@ -156,9 +260,10 @@ def serve(conn_fd: int, slot_fd: int) -> None:
             rows = conn.recv()
         except (EOFError, OSError):
             return
-        values, error = score_rows(fn, rows, lambda row: _SLOT.pack_into(slot, 0, row, time.monotonic()))
+        values, error, extras = score_rows(fn, rows, lambda row: _SLOT.pack_into(slot, 0, row, time.monotonic()),
+                                           batched)
         _SLOT.pack_into(slot, 0, _NOT_SCORING, 0.0)
-        conn.send((values, error and error[:3] + (None,)))  # the exception may not unpickle in the parent
+        conn.send((values, error and error[:3] + (None,), extras))  # the exception may not unpickle in the parent
 
 
 class RewardProcess:
@@ -169,8 +274,9 @@ class RewardProcess:
     within a fraction of a second without a message per row.
     """
 
-    def __init__(self, fn: str | RewardFn, name: str, timeout_s: float) -> None:
-        self.fn, self.name, self.timeout_s = fn, name, timeout_s
+    def __init__(self, fn: str | RewardFn, name: str, timeout_s: float, base_dir: str | None = None,
+                 batched: bool = False) -> None:
+        self.fn, self.name, self.timeout_s, self.base_dir, self.batched = fn, name, timeout_s, base_dir, batched
         self.tick = min(0.25, timeout_s / 2)
         self.proc: subprocess.Popen | None = None
 
@@ -204,7 +310,7 @@ class RewardProcess:
         slot_file.close()  # the mapping stays valid
         self.conn = Connection(parent_end.detach())
         self._finalizer = weakref.finalize(self, _stop, self.proc, self.conn)
-        self.conn.send((list(sys.path), fn_ref))
+        self.conn.send((list(sys.path), fn_ref, self.base_dir, self.batched))
         kind, message = self._wait()
         if kind == "error":
             self.close()
@@ -223,6 +329,10 @@ class RewardProcess:
                 self.close(kill=True)
                 if row == _LOADING:
                     raise RewardProcessError(f"loading reward function {self.name} took longer than {limit:g} s", None)
+                if row == BATCH:
+                    raise RewardProcessError(
+                        f"batched reward function {self.name} took longer than timeout_s = {self.timeout_s:g} s on "
+                        "a batch and was stopped (a batched function's timeout_s is for the whole batch)", None)
                 raise RewardProcessError(
                     f"reward function {self.name} took longer than timeout_s = {self.timeout_s:g} s on row {row} and "
                     "was stopped (raise `timeout_s` in the reward's block if it is only slow)", row)
@@ -251,6 +361,9 @@ class RewardProcess:
             raise RewardProcessError(f"{what} while loading it", None)
         if row == _NOT_SCORING:
             raise RewardProcessError(f"{what} between rows", None)
+        if row == BATCH:
+            raise RewardProcessError(f"{what} while scoring a batch: the function ended its process (os._exit, a "
+                                     "crash in native code)", None)
         raise RewardProcessError(f"{what} while scoring row {row}: the function ended its process (os._exit, a crash "
                                  "in native code)", row)
 

@@ -4,7 +4,15 @@ import random
 import pytest
 import torch
 
-from rlgraph.algos import AGG_MODES, entropy_from_logits, entropy_loss, gspo_policy_loss, policy_loss, value_loss
+from rlgraph.algos import (
+    AGG_MODES,
+    cispo_policy_loss,
+    entropy_from_logits,
+    entropy_loss,
+    gspo_policy_loss,
+    policy_loss,
+    value_loss,
+)
 
 from .helpers import SEEDS, assert_close, fill_masked, lengths_for, prefix_mask, randn, ref_agg, rows
 
@@ -187,7 +195,7 @@ def test_gspo_with_sequence_advantages_is_the_sequence_level_objective():
     torch.testing.assert_close(grad_of(loss, lp), grad_of(sequence_loss, lp))
 
 
-@pytest.mark.parametrize("loss_fn", [policy_loss, gspo_policy_loss])
+@pytest.mark.parametrize("loss_fn", [policy_loss, gspo_policy_loss, cispo_policy_loss])
 def test_zero_advantage_gives_zero_policy_gradient(loss_fn):
     old, lp, adv, mask = batch(2)
     lp = lp.requires_grad_()
@@ -236,6 +244,7 @@ def test_masked_positions_do_not_leak(fill, mode):
     cases = [  # (loss, which input to differentiate, keyword arguments)
         (policy_loss, 1, dict(clip, clip_c=CLIP_C, agg=mode)),
         (gspo_policy_loss, 1, dict(clip, agg=mode)),
+        (cispo_policy_loss, 1, dict(clip, agg=mode)),
         (value_loss, 0, dict(clip=0.5, agg=mode)),
     ]
     for loss_fn, wrt, kwargs in cases:
@@ -253,3 +262,65 @@ def test_masked_positions_do_not_leak(fill, mode):
     logits = torch.randn(BATCH, RESPONSE_LEN, VOCAB, generator=torch.Generator().manual_seed(4))
     dirty_logits = torch.where(mask.bool()[..., None], logits, torch.full_like(logits, fill))
     torch.testing.assert_close(entropy_loss(dirty_logits, mask, mode), entropy_loss(logits, mask, mode))
+
+
+# --- CISPO ---
+
+
+def ref_cispo_loss(old, lp, adv, m, mode):
+    def token(old_t, lp_t, a):
+        log_ratio = min(max(lp_t.item() - old_t, -20.0), 20.0)
+        ratio = math.exp(log_ratio)  # a plain float: no gradient flows through the weight
+        weight = min(max(ratio, 1 - CLIP_LOW), 1 + CLIP_HIGH)
+        return -weight * a * lp_t, float(weight != ratio), -log_ratio
+
+    table = per_token(token, old, lp, adv)
+    metrics = {
+        "actor/pg_clipfrac": frac(column(table, 1), m),
+        "actor/pg_clipfrac_lower": 0.0,
+        "actor/ppo_kl": frac(column(table, 2), m),
+    }
+    return ref_agg(column(table, 0), m, mode), metrics
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("mode", AGG_MODES)
+def test_cispo_loss_matches_reference(seed, mode):
+    old, lp, adv, mask = batch(seed)
+    lp = lp.requires_grad_()
+    loss, metrics = cispo_policy_loss(old, lp, adv, mask, CLIP_LOW, CLIP_HIGH, agg=mode)
+    leaf, lp64 = leaf64(lp)
+    ref_loss, ref_metrics = ref_cispo_loss(rows(old), lp64, rows(adv), rows(mask), mode)
+    assert metrics["actor/pg_clipfrac"] > 0  # both the clipped and the in-range branch are compared
+    assert_close(loss, ref_loss.item())
+    assert_metrics(metrics, ref_metrics)
+    assert_close(grad_of(loss, lp), grad_of(ref_loss, leaf))
+
+
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+def test_cispo_keeps_the_gradient_of_a_clipped_token_that_ppo_drops(advantage):
+    one = torch.ones(1, 1)
+    # ratio e^1 ~ 2.72 > 1 + 0.28 with A > 0, and e^-1 ~ 0.37 < 1 - 0.2 with A < 0: PPO's clipped
+    # branch wins, so its gradient is 0; CISPO's is -clip(ratio) * A.
+    log_prob = (advantage * one).requires_grad_()
+    ppo_loss, ppo_metrics = policy_loss(0 * one, log_prob, advantage * one, one, CLIP_LOW, CLIP_HIGH, CLIP_C)
+    assert ppo_metrics["actor/pg_clipfrac"] == 1.0
+    assert grad_of(ppo_loss, log_prob).item() == 0.0
+
+    loss, metrics = cispo_policy_loss(0 * one, log_prob, advantage * one, one, CLIP_LOW, CLIP_HIGH)
+    weight = 1 + CLIP_HIGH if advantage > 0 else 1 - CLIP_LOW
+    assert metrics["actor/pg_clipfrac"] == 1.0
+    assert grad_of(loss, log_prob).item() == pytest.approx(-weight * advantage)
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+def test_cispo_on_policy_is_reinforce(mode):
+    # At the first mini-batch log_prob == old_log_prob: the weight is 1 and the loss is -agg(A * log_prob).
+    _, lp, adv, mask = batch(3)
+    lp = lp.requires_grad_()
+    loss, metrics = cispo_policy_loss(lp.detach(), lp, adv, mask, CLIP_LOW, CLIP_HIGH, agg=mode)
+    leaf, lp64 = leaf64(lp)
+    reinforce = ref_agg(per_token(lambda lp_t, a: -a * lp_t, lp64, rows(adv)), rows(mask), mode)
+    assert_close(loss, reinforce.item())
+    assert_close(grad_of(loss, lp), grad_of(reinforce, leaf))
+    assert metrics["actor/pg_clipfrac"] == 0.0 and metrics["actor/ppo_kl"] == 0.0

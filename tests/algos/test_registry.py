@@ -17,8 +17,17 @@ def test_registries_name_the_public_functions():
     }
     for name, fn in ADVANTAGE_ESTIMATORS.items():
         assert get_advantage_estimator(name) is fn is getattr(algos, name)
-    assert POLICY_LOSSES == {"vanilla": algos.policy_loss, "gspo": algos.gspo_policy_loss}
+    assert POLICY_LOSSES == {"vanilla": algos.policy_loss, "gspo": algos.gspo_policy_loss,
+                             "cispo": algos.cispo_policy_loss}
     assert get_policy_loss("gspo") is algos.gspo_policy_loss
+
+
+def test_every_policy_loss_a_spec_may_name_is_registered():
+    # `check` validates `policy_loss = ...` against its own list (it cannot import torch); one missing here
+    # would pass `check` and fail only once the workers run.
+    from rlgraph.compiler.builtins import ROLE_METHODS
+
+    assert set(ROLE_METHODS["actor"]["update"].kwargs["policy_loss"].type.options) == set(POLICY_LOSSES)
 
 
 def test_spec_keywords_are_parameters():

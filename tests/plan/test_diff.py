@@ -98,3 +98,11 @@ def test_a_change_serialises_without_the_absent_side():
     assert Change("role critic", True).to_json() == {"key": "role critic", "old": True}
     assert Change("role critic", True).render() == "- role critic"
     assert Change("actor.foo", new=1).render() == "actor.foo: (unset) -> 1"
+
+
+def test_a_reward_guard_change_is_listed_and_needs_accepting():
+    old = plan_dict("grpo_arith.rl")
+    new = plan_dict("grpo_arith.rl", "exact.max_invalid_fraction=0.1")
+    changes = diff_plans(old, new)
+    assert [c.render() for c in changes] == ["rewards.exact.max_invalid_fraction: 0.0 -> 0.1"]
+    assert not changes[0].resume_safe  # it changes which rows the update learns from

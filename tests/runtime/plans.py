@@ -63,11 +63,12 @@ def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollo
     ]
     return Plan(
         spec="<test>", pools=pools, roles=roles, placements=placements, rewards={"exact": reward},
-        reward_settings={"exact": s.RewardSettings(max_invalid_fraction=0.0, timeout_s=60.0)},
+        reward_settings={"exact": s.RewardSettings(max_invalid_fraction=0.0, timeout_s=60.0, batched=False)},
         calls=calls, syncs=[["actor", "rollout"]], schedule=schedule,
         data=s.DataSettings(train="builtin:arith/train", val="builtin:arith/val", batch_size=batch_size,
                             max_prompt_length=64, shuffle=True, val_batch_size=256),
         train=s.TrainSettings(steps=steps, seed=0, validate_every=0, val_samples=1, checkpoint_every=0,
-                              keep_checkpoints=2, deterministic=False, max_failures=0),
+                              keep_checkpoints=2, deterministic=False, max_failures=0,
+                              samples_every=0),
         models={"policy": {"path": model_path}},
     )

@@ -46,11 +46,12 @@ def resolve(program: Program, graph: StepGraph) -> list[Diagnostic]:
     out += _colocate_cycles(program)
     for reward in program.rewards.values():
         fn = reward.get("fn") or ""
-        module, _, attr = fn.partition(":")
-        if reward.is_set("fn") and (not module or not attr or not all(
-                part.isidentifier() for part in module.split(".") + [attr])):
+        module, _, attr = fn.rpartition(":")
+        # verl's file form, `path/to/reward.py:function`: only the function's name is checked here
+        names = attr.split(".") if module.endswith(".py") else module.split(".") + attr.split(".")
+        if reward.is_set("fn") and (not module or not attr or not all(part.isidentifier() for part in names)):
             out.append(error("wrong-type", f"`{fn}` does not name a Python function", reward.span_of("fn"),
-                             'write `fn = "package.module:function"`'))
+                             'write `fn = "package.module:function"` or `fn = "path/to/file.py:function"`'))
     if program.data is None:
         span = program.step.span if program.step else next(iter(program.names().values()), None)
         span = span if span is None or hasattr(span, "file") else span.span
