@@ -54,6 +54,7 @@ _ALL = [
     Code("unused-role", "warning", "a declared role that the step never calls"),
     Code("duplicate-update", "error", "a trained role is updated more than once in one step"),
     Code("ignored-input", "warning", "an input that the call's arguments make it ignore"),
+    Code("greedy-group", "warning", "a group estimator over greedy samples: every advantage is zero"),
     # --- numbers and resources ---------------------------------------------------
     Code("batch-divisibility", "error", "batch sizes do not divide as the step needs"),
     Code("placement", "error", "replicas do not fit on the pool's devices"),
@@ -63,6 +64,8 @@ _ALL = [
     Code("tokenizer-mismatch", "error", "a reward model reads token ids of another tokenizer"),
     Code("untrainable-dtype", "error", "a trained role in a dtype it cannot train in (fp16: no loss scaling)"),
     Code("micro-batch-unset", "warning", "a role on GPUs runs each pass on its whole share of the batch at once"),
+    Code("tp-heads", "error", "a tp that does not divide the attention heads or spans more than a node"),
+    Code("idle-devices", "warning", "devices of a pool that no role uses"),
     # --- what rlgraph's runtime implements (`run` refuses all but setting-ignored) -----
     Code("kind-not-implemented", "warning", "a role of a kind the runtime does not run"),
     Code("engine-not-implemented", "warning", "a rollout engine the runtime does not implement"),

@@ -52,6 +52,7 @@ class Float:
     min: float | None = None
     max: float | None = None
     describe: str = "a number"
+    min_exclusive: bool = False  # the range is (min, max]: top_p = 0 keeps no token at all
 
     def convert(self, node: ast.Value) -> float:
         if not isinstance(node, ast.Number) or node.unit:
@@ -59,6 +60,8 @@ class Float:
         value = float(node.value)
         if not math.isfinite(value):
             raise TypeMismatch(f"expected {self.describe}, got {node.text}, which is too large")
+        if self.min is not None and self.min_exclusive and value <= self.min:
+            raise TypeMismatch(f"expected {self.describe} > {self.min}, got {node.text}")
         if self.min is not None and value < self.min:
             raise TypeMismatch(f"expected {self.describe} >= {self.min}, got {node.text}")
         if self.max is not None and value > self.max:
@@ -212,7 +215,7 @@ ROLE_KEYS: dict[str, dict[str, Key]] = {
                 "engine": Key(Choice(("hf", "sglang")), "generation engine: hf (CPU/GPU) or sglang (GPU)", "hf"),
                 "n": Key(Int(min=1, max=4096), "samples per prompt", 1),
                 "temperature": Key(Float(min=0.0), "sampling temperature (0 = greedy)", 1.0),
-                "top_p": Key(Float(0.0, 1.0), "nucleus sampling mass", 1.0),
+                "top_p": Key(Float(0.0, 1.0, min_exclusive=True), "nucleus sampling mass, in (0, 1]", 1.0),
                 "top_k": Key(Int(min=0), "sample among the k likeliest tokens (0 = all)", 0),
                 "max_new_tokens": Key(Int(min=1), "the most tokens a response may have", 32),
                 "tp": Key(Int(min=1, max=MAX_DEVICES_PER_NODE), "tensor-parallel devices per rollout replica", 1),

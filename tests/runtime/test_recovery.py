@@ -10,29 +10,39 @@ import threading
 import time
 from pathlib import Path
 
+from rlgraph.runtime.watchdog import descendants
+
 
 def _device_processes() -> list[int]:
     """This test session's Ray worker processes that host a run's roles (descendants of this process only:
     other Ray instances on the machine are not ours to touch)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        for child in children.get(pid, []):
-            todo.append(child)
-            try:
-                if b"DeviceProcess" in (Path("/proc") / str(child) / "cmdline").read_bytes():
-                    found.append(child)
-            except OSError:
-                pass
+    found = []
+    for pid in descendants(os.getpid()):
+        try:
+            if b"DeviceProcess" in (Path("/proc") / str(pid) / "cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
     return found
+
+
+def _kill_a_worker_after(out: Path, step: int, killed: list[int]) -> threading.Thread:
+    """A thread that SIGKILLs one of the run's worker processes once metrics.jsonl has `step`."""
+
+    def watch() -> None:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            if step in _steps(out / "metrics.jsonl"):
+                pids = _device_processes()
+                if pids:
+                    os.kill(pids[0], signal.SIGKILL)
+                    killed.append(pids[0])
+                    return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
 
 
 def _steps(metrics: Path) -> list[int]:
@@ -44,20 +54,7 @@ def _steps(metrics: Path) -> list[int]:
 def test_a_killed_worker_is_recovered_and_the_run_finishes(run_cli, tmp_path):
     out = tmp_path / "run"
     killed: list[int] = []
-
-    def kill_after_step_3() -> None:
-        deadline = time.time() + 240
-        while time.time() < deadline and not killed:
-            if 3 in _steps(out / "metrics.jsonl"):
-                pids = _device_processes()
-                if pids:
-                    os.kill(pids[0], signal.SIGKILL)
-                    killed.append(pids[0])
-                    return
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_after_step_3, daemon=True)
-    killer.start()
+    killer = _kill_a_worker_after(out, 3, killed)
     code, text = run_cli("specs/grpo_arith.rl", "--output", out, "-s", "train.steps=6", "-s", "train.checkpoint_every=2",
                          "-s", "train.validate_every=0", "-s", "data.batch_size=16", "-s", "rollout.max_new_tokens=4")
     killer.join(timeout=5)
@@ -73,20 +70,7 @@ def test_a_killed_worker_is_recovered_and_the_run_finishes(run_cli, tmp_path):
 def test_max_failures_zero_stops_at_the_first_death(run_cli, tmp_path):
     out = tmp_path / "run"
     killed: list[int] = []
-
-    def kill_after_step_1() -> None:
-        deadline = time.time() + 240
-        while time.time() < deadline:
-            if 1 in _steps(out / "metrics.jsonl"):
-                pids = _device_processes()
-                if pids:
-                    os.kill(pids[0], signal.SIGKILL)
-                    killed.append(pids[0])
-                    return
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_after_step_1, daemon=True)
-    killer.start()
+    killer = _kill_a_worker_after(out, 1, killed)
     code, text = run_cli("specs/grpo_arith.rl", "--output", out, "-s", "train.steps=40", "-s", "train.max_failures=0",
                          "-s", "train.validate_every=0", "-s", "data.batch_size=16", "-s", "rollout.max_new_tokens=4")
     killer.join(timeout=5)

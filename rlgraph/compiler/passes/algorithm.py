@@ -8,7 +8,7 @@ from rlgraph.compiler.passes._common import expect_producer, is_call, is_estimat
 from rlgraph.compiler.topology import model_of, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.spec import ast
-from rlgraph.spec.program import Program
+from rlgraph.spec.program import Decl, Program
 
 
 def algorithm(program: Program, graph: StepGraph) -> list[Diagnostic]:
@@ -33,7 +33,10 @@ def _group_size(program: Program, graph: StepGraph, node: CallNode) -> list[Diag
     out = []
     for call in graph.generate_calls():
         role = program.roles.get(call.target)
-        if call.id not in upstream or role is None or role.get("n", 1) >= 2:
+        if call.id not in upstream or role is None:
+            continue
+        if role.get("n", 1) >= 2:
+            out += _greedy_group(node, role)
             continue
         n, defaulted = role.get("n", 1), not role.is_set("n")
         out.append(error(
@@ -43,6 +46,18 @@ def _group_size(program: Program, graph: StepGraph, node: CallNode) -> list[Diag
             + ": a group needs at least 2 samples of one prompt",
             label=f"{n} sample per prompt", notes=[(f"`{node.label}` is called", node.span)]))
     return out
+
+
+def _greedy_group(node: CallNode, role: Decl) -> list[Diagnostic]:
+    # Greedy decoding gives one answer n times: each sample equals its group's mean, so no advantage is non-zero.
+    if role.get("temperature", 1.0) != 0:
+        return []
+    return [warning(
+        "greedy-group", f"`{node.label}` compares the samples of each prompt, but rollout `{role.name}` decodes "
+        f"greedily (temperature = 0): its {role.get('n', 1)} samples of a prompt are the same, so every "
+        "advantage is zero and the policy never learns", role.span_of("temperature"),
+        "set temperature = 1.0 (or anything above 0) so that the samples of a prompt differ",
+        label="greedy: every sample alike", notes=[(f"`{node.label}` is called", node.span)])]
 
 
 def _kl_inputs(program: Program, graph: StepGraph, node: CallNode) -> list[Diagnostic]:

@@ -1,0 +1,20 @@
+rlgraph 1
+# Greedy decoding draws the same response n times: each sample equals its group's mean, so every
+# GRPO advantage is zero.
+
+model policy { path = "builtin:arith-gpt" }
+pool main { nodes = 1  devices_per_node = 1 }
+
+role actor { model = policy  pool = main }
+role rollout { colocate = actor  n = 4  temperature = 0 }  # W: greedy-group
+reward exact { fn = "rlgraph.tasks.arith:exact_match" }
+
+data { train = "builtin:arith/train"  batch_size = 32 }
+
+step {
+  prompts -> rollout.generate -> responses
+  responses -> exact -> scores
+  responses -> actor.log_prob -> old_log_prob
+  scores -> grpo_advantage -> advantages
+  old_log_prob, advantages -> actor.update
+}
