@@ -64,7 +64,7 @@ _ALL = [
     Code("tokenizer-mismatch", "error", "a reward model reads token ids of another tokenizer"),
     Code("untrainable-dtype", "error", "a trained role in a dtype it cannot train in (fp16: no loss scaling)"),
     Code("micro-batch-unset", "warning", "a role on GPUs runs each pass on its whole share of the batch at once"),
-    Code("tp-heads", "error", "a tp that does not divide the attention heads or spans more than a node"),
+    Code("tp-heads", "error", "a tp that does not divide the model's attention heads or key/value heads"),
     Code("idle-devices", "warning", "devices of a pool that no role uses"),
     # --- what rlgraph's runtime implements (`run` refuses all but setting-ignored) -----
     Code("kind-not-implemented", "warning", "a role of a kind the runtime does not run"),

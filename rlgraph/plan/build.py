@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rlgraph.compiler import Compilation
 from rlgraph.diagnostics import Diagnostic
+from rlgraph.plan.checks import plan_checks
 from rlgraph.plan.memory import estimate
 from rlgraph.plan.tokenizers import check_tokenizers
 from rlgraph.plan.model import CallPlan, Plan
@@ -29,7 +30,8 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
     if program is not None:
         plan.pools, plan.roles, plan.placements, placed = place(program)
         plan.memory, estimated = estimate(program, plan.pools, plan.roles, plan.placements)
-        diagnostics += placed + estimated + check_tokenizers(program)
+        checked = plan_checks(program, plan.placements, diagnostics + placed)
+        diagnostics += placed + estimated + check_tokenizers(program) + checked
         plan.rewards = {name: decl.get("fn") for name, decl in program.rewards.items()}
         plan.reward_settings = {name: reward_settings(decl.values) for name, decl in program.rewards.items()}
         plan.models = {name: dict(decl.values) for name, decl in program.models.items()}

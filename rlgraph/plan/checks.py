@@ -1,0 +1,85 @@
+"""Checks that need what only the plan knows: a model's attention shape (config.json) and the placements.
+
+- A rollout's `tp` shards the attention heads over its devices, so it must divide them. The engines
+  (vLLM, SGLang) shard the key/value heads too, or replicate them when tp is a multiple of their count.
+  (tp within one node is placement's check.)
+- Devices that no role holds cost as much as busy ones: a warning, as a smaller pool or more replicas
+  may be what was meant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlgraph.compiler.topology import model_of, tp_of
+from rlgraph.diagnostics import Diagnostic, error, warning
+from rlgraph.plan.memory import model_shape
+from rlgraph.plan.model import Placement
+from rlgraph.spec.program import Decl, Program
+
+
+def plan_checks(program: Program, placements: list[Placement], earlier: list[Diagnostic]) -> list[Diagnostic]:
+    """`earlier`: the compiler's and placement's diagnostics."""
+    out = []
+    for role in program.roles.values():
+        out += _tp_heads(program, role)
+    if not any(d.is_error for d in earlier):  # a misnamed pool or an unplaced role would leave devices "idle"
+        out += _idle_devices(program, placements)
+    return out
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def _tp_heads(program: Program, role: Decl) -> list[Diagnostic]:
+    tp, name = tp_of(role), model_of(program, role)
+    model = program.models.get(name) if name else None
+    if tp == 1 or model is None:
+        return []
+    shape = model_shape(model, Path(program.path).parent)
+    heads, kv_heads = shape.heads, shape.kv_heads
+    source = model.span_of("heads") if model.is_set("heads") else model.span_of("path")
+    where = {"config.json": " (its config.json)", "builtin": " (built in)"}.get(shape.source, "")
+    note = [(f"model `{name}` has {heads} attention heads and {kv_heads} key/value heads{where}", source)]
+    if heads and heads % tp:
+        return [error("tp-heads", f"`{role.name}` has tp = {tp}, which does not divide the {heads} attention heads "
+                      f"of model `{name}`", role.span_of("tp"),
+                      f"set `tp` to a divisor of {heads}: {_divisors(heads)}",
+                      "each of the tp devices holds an equal share of the heads",
+                      label=f"{heads} heads / tp {tp}", notes=note)]
+    if kv_heads and (kv_heads % tp if tp <= kv_heads else tp % kv_heads):
+        return [error("tp-heads", f"`{role.name}` has tp = {tp}, which neither divides nor is a multiple of the "
+                      f"{kv_heads} key/value heads of model `{name}`", role.span_of("tp"),
+                      f"set `tp` to a divisor of {kv_heads} ({_divisors(kv_heads)}) or a multiple of it that "
+                      f"divides the {heads} attention heads",
+                      "each device holds an equal share of the key/value heads, or one copy of one of them",
+                      label=f"{kv_heads} key/value heads / tp {tp}", notes=note)]
+    return []
+
+
+def _idle_devices(program: Program, placements: list[Placement]) -> list[Diagnostic]:
+    out = []
+    for pool in program.pools.values():
+        nodes, per_node = pool.get("nodes"), pool.get("devices_per_node")
+        if not isinstance(nodes, int) or not isinstance(per_node, int):
+            continue
+        used = {(p.node, d) for p in placements if p.pool == pool.name for d in p.devices}
+        total, idle = nodes * per_node, nodes * per_node - len(used)
+        if idle <= 0:
+            continue
+        roots = [r.name for r in program.roles.values() if r.get("pool") == pool.name]
+        if not roots:
+            out.append(warning("idle-devices", f"no role uses pool `{pool.name}`: its {total} device"
+                               f"{'s' * (total != 1)} sit{'s' * (total == 1)} idle", pool.span,
+                               "place a role on it (`pool = ...`), or remove the pool",
+                               label=f"{total} idle"))
+            continue
+        held = ", ".join(f"`{r}` holds {sum(len(p.devices) for p in placements if p.role == r)}" for r in roots)
+        out.append(warning(
+            "idle-devices", f"pool `{pool.name}` has {total} device{'s' * (total != 1)}, but its roles use "
+            f"{len(used)} ({held}): {idle} device{'s' * (idle != 1)} sit{'s' * (idle == 1)} idle", pool.span,
+            f"raise `replicas` of a role on `{pool.name}` to use them, or shrink the pool "
+            f"(`nodes`, `devices_per_node`) to {len(used)} device{'s' * (len(used) != 1)}",
+            label=f"{idle} of {total} idle"))
+    return out
