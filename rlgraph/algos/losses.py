@@ -46,9 +46,7 @@ def policy_loss(
     further capped at -A * clip_c so that one huge ratio cannot dominate the batch.
     """
     _check_clip_c(clip_c)
-    old_log_prob = zero_masked(old_log_prob, response_mask)
-    log_prob = zero_masked(log_prob, response_mask)
-    advantages = zero_masked(advantages, response_mask)
+    old_log_prob, log_prob, advantages = (zero_masked(t, response_mask) for t in (old_log_prob, log_prob, advantages))
 
     log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (batch, response_len)
     ratio = torch.exp(log_ratio)
@@ -82,9 +80,7 @@ def gspo_policy_loss(
     token's own log-prob, so A_i-weighted token gradients are scaled by the sequence ratio.
     The clip range is typically tiny (3e-4 / 4e-4 in the paper), as s_i is a geometric mean.
     """
-    old_log_prob = zero_masked(old_log_prob, response_mask)
-    log_prob = zero_masked(log_prob, response_mask)
-    advantages = zero_masked(advantages, response_mask)
+    old_log_prob, log_prob, advantages = (zero_masked(t, response_mask) for t in (old_log_prob, log_prob, advantages))
 
     log_ratio = log_prob - old_log_prob  # (batch, response_len)
     seq_log_ratio = masked_mean(log_ratio, response_mask, dim=-1)  # (batch,)
@@ -118,9 +114,7 @@ def cispo_policy_loss(
     zeroes exactly those tokens, which are often the rare "fork" tokens of a reasoning trace. The paper
     sets no lower bound (a large clip_low) and tunes clip_high.
     """
-    old_log_prob = zero_masked(old_log_prob, response_mask)
-    log_prob = zero_masked(log_prob, response_mask)
-    advantages = zero_masked(advantages, response_mask)
+    old_log_prob, log_prob, advantages = (zero_masked(t, response_mask) for t in (old_log_prob, log_prob, advantages))
 
     log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (batch, response_len)
     ratio = torch.exp(log_ratio).detach()

@@ -93,13 +93,11 @@ def shard(*modules: torch.nn.Module, mp_policy: Any = None) -> None:
 
     mp_policy = mp_policy or MixedPrecisionPolicy()
 
+    from rlgraph.workers.activations import transformer_blocks
+
     for module in modules:
-        lists: list[str] = []  # the outermost ModuleLists: FSDP2 shards children before their parents
-        for name, child in module.named_modules():
-            if isinstance(child, torch.nn.ModuleList) and not any(name.startswith(f"{outer}.") for outer in lists):
-                lists.append(name)
-                for block in child:
-                    fully_shard(block, mp_policy=mp_policy)
+        for block in transformer_blocks(module):  # FSDP2 shards children before their parents
+            fully_shard(block, mp_policy=mp_policy)
         fully_shard(module, mp_policy=mp_policy)
         if module in _PENDING:
             _fill_from_rank0(module, *_PENDING.pop(module))
