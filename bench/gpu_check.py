@@ -139,14 +139,18 @@ def optim(lr: float = 1e-6) -> s.OptimSettings:
 
 
 def actor_settings(dtype: str, micro: int, *, strategy: str = "ddp", checkpointing: bool = False) -> s.ActorSettings:
-    return s.ActorSettings(dtype=dtype, strategy=strategy, micro_batch=micro, entropy_coeff=0.0, optim=optim(),
-                           gradient_checkpointing=checkpointing)
+    return s.ActorSettings(dtype=dtype, strategy=strategy, micro_batch=micro, micro_batch_tokens=None,
+                           entropy_coeff=0.0, optim=optim(),
+                           gradient_checkpointing=checkpointing, lora=None, param_offload=False,
+                           optimizer_offload=False)
 
 
 def update_settings(micro: int) -> s.ActorUpdateSettings:
     return s.ActorUpdateSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=micro,
+                                 micro_batch_tokens=None,
                                  loss_agg="token-mean", clip_low=0.2, clip_high=0.2, clip_c=3.0, kl_coef=0.0,
-                                 kl_kind="k3", policy_loss="vanilla", entropy_coeff=0.0, temperature=1.0)
+                                 kl_kind="k3", policy_loss="vanilla", entropy_coeff=0.0, temperature=1.0,
+                                 tis="off", tis_cap=2.0, user_loss=None)
 
 
 def generate_settings(n: int, response: int, keep: bool = True) -> s.GenerateSettings:
@@ -292,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     def _() -> dict[str, Any]:
         actor, rollout = state["actor"], state["rollout"]
         with Peak(device) as peak:
-            log_prob = actor.log_prob(rollout, settings=s.LogProbSettings(temperature=1.0, micro_batch=micro))
+            log_prob = actor.log_prob(rollout, settings=s.LogProbSettings(temperature=1.0, micro_batch=micro,
+                                                                          micro_batch_tokens=None))
         expect(on_cpu(log_prob), "log_prob returned a device tensor")
         mask = rollout.loss_mask.bool()
         kept = rollout.sample_log_probs
@@ -394,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
             actor.shard()  # one rank: the runtime would not shard, the check does, to run the sharded code
             sharded = [p for p in actor.module.parameters() if hasattr(p, "full_tensor")]
             expect(sharded, "no parameter is a DTensor after shard()")
-            log_prob = actor.log_prob(rollout, settings=s.LogProbSettings(temperature=1.0, micro_batch=micro))
+            log_prob = actor.log_prob(rollout, settings=s.LogProbSettings(temperature=1.0, micro_batch=micro,
+                                                                          micro_batch_tokens=None))
             actor.update(rollout, log_prob, torch.ones(rollout.responses.shape), settings=update_settings(micro),
                          shuffle_seed=0)
             with Peak(device) as peak:

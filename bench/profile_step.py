@@ -71,14 +71,19 @@ def profile(spec: str, steps: int, warmup: int, run_dir: Path) -> dict[str, Any]
     }
     saved = [(owner, name, getattr(owner, name)) for owner, name in originals]
     saved_wait, saved_get, saved_metrics = driver.ray.wait, driver.ray.get, driver.batch_metrics
-    run_original = driver.StepDriver.run
+    launch_original, finish_original = driver.StepDriver.launch, driver.StepDriver.finish
+    started = [0.0]
 
-    def run(self, step, prompts):
+    # a step is launch (its generate sent) then finish (the rest): synchronously one right after the other
+    def launch(self, step, prompts):
         current.clear()
         depth[0] = 0
-        start = time.perf_counter()
-        result = run_original(self, step, prompts)
-        current["driver.run"] = time.perf_counter() - start
+        started[0] = time.perf_counter()
+        return launch_original(self, step, prompts)
+
+    def finish(self, flight):
+        result = finish_original(self, flight)
+        current["driver.run"] = time.perf_counter() - started[0]
         current["in one process"] = float(self.local is not None)
         per_step.append(dict(current))
         return result
@@ -89,14 +94,14 @@ def profile(spec: str, steps: int, warmup: int, run_dir: Path) -> dict[str, Any]
         driver.ray.wait = timed("wait", saved_wait)
         driver.ray.get = timed("collect", saved_get)  # ray.get outside the other timers: the update metrics
         driver.batch_metrics = timed("batch metrics", saved_metrics)
-        driver.StepDriver.run = run
+        driver.StepDriver.launch, driver.StepDriver.finish = launch, finish
         plan = build_plan(compile_spec(spec, [f"train.steps={steps}", *NO_EXTRAS]))
         result = run_plan(plan, run_dir, resume=False)
     finally:
         for owner, name, fn in saved:
             setattr(owner, name, fn)
         driver.ray.wait, driver.ray.get, driver.batch_metrics = saved_wait, saved_get, saved_metrics
-        driver.StepDriver.run = run_original
+        driver.StepDriver.launch, driver.StepDriver.finish = launch_original, finish_original
         if ray.is_initialized():
             ray.shutdown()
 

@@ -14,6 +14,8 @@ bench/results/smoke_*.json and leaves the doc alone.
 Time on the 2-core machine, quiet: about 21 min in all before bench/chaos.py (--kills 20: 6-9 min more), of
 which bench_trl (2 seeds x 5 trainers x 60 s of training, plus start-up and validation after every rlgraph
 step) is about 14.5 min, bench_scaleout about 1.3 and the rest about 5.5 (the last full run's per-script times, the doc's "The commands" table).
+Added since that run, each timed alone: bench_async about 5.5 min (4 runs of 60 steps), bench_memory 5-8 min
+(under load), bench_token_budget about 1 min.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ SCRIPTS: dict[str, tuple[list[str], list[str]]] = {
     "profile": (["bench/profile_step.py", "--steps", "20", "--warmup", "4"], ["bench/profile_step.py", "--smoke"]),
     "scaleout": (["bench/bench_scaleout.py", "--steps", "8"], ["bench/bench_scaleout.py", "--smoke"]),
     "trl": (["bench/bench_trl.py", "--budget", "60", "--seeds", "2"], ["bench/bench_trl.py", "--smoke"]),
+    "async": (["bench/bench_async.py"], ["bench/bench_async.py", "--smoke"]),
+    "token_budget": (["bench/bench_token_budget.py", "--repeats", "5"], ["bench/bench_token_budget.py", "--smoke"]),
+    "memory": (["bench/bench_memory.py"], ["bench/bench_memory.py", "--smoke"]),
     "chaos": (["bench/chaos.py", "--kills", "20"], ["bench/chaos.py", "--kills", "2", "--steps", "4", "--output",
                                                   "bench/results/smoke_chaos.json"]),
 }
@@ -82,7 +87,8 @@ def run_scripts(names: list[str], smoke: bool, run_id: str) -> dict[str, Any]:
 
 RESULTS_DIR = [RESULTS]  # where `load` reads; --results changes it
 RUN = [None]  # the run id every result in the doc must carry; set by write_doc
-RESULT_NAMES = ("check", "plan", "startup", "overhead", "floor", "profile", "scaleout", "trl", "chaos")
+RESULT_NAMES = ("check", "plan", "startup", "overhead", "floor", "profile", "scaleout", "trl", "async", "token_budget",
+                "memory", "chaos")
 
 
 class MixedRuns(Exception):
@@ -202,6 +208,17 @@ def render(run: dict[str, Any]) -> str:
         cli = startup["cli"]
         rows.append(["`rlgraph --help` (`python -c pass`)",
                      f"{ms(cli['rlgraph --help']['median_s'], 0)} ({ms(cli['python -c pass']['median_s'], 0)})", "", ""])
+    budget = load("token_budget")
+    if budget:
+        r = budget["step_ratio"]
+        rows.append(["actor step time, padded / token-budget micro-batches (mixed lengths, 4x)",
+                     f"{num(budget['step_ratio_median'])} ({r['min']:.2f}..{r['max']:.2f})", f"≥ {budget['target']}",
+                     verdict_text(budget["verdict"])])
+    memory = load("memory")
+    if memory:
+        for name, c in memory["comparisons"].items():
+            rows.append([f"peak memory of one actor update, {name}", f"{100 * c['lower']:.1f}% lower",
+                         f"≥ {100 * c['target']:.0f}% lower", verdict(c["met"])])
     if rows:
         out += ["### Summary", "", table(["measure", "result", "target", ""], rows, "lrll"), ""]
 
@@ -222,6 +239,20 @@ def render(run: dict[str, Any]) -> str:
     scaleout = load("scaleout")
     if scaleout:
         out += render_scaleout(scaleout)
+    asynchronous = load("async")
+    if asynchronous:
+        from bench_async import doc_section as async_section
+
+        out += async_section(asynchronous)
+    token_budget = load("token_budget")
+    if token_budget:
+        from bench_token_budget import doc_section as token_budget_section
+
+        out += token_budget_section(token_budget)
+    if memory:
+        from bench_memory import doc_section as memory_section
+
+        out += memory_section(memory)
     chaos = load("chaos")
     if chaos:
         from chaos import doc_section  # bench/ is on the path: scripts run as `python bench/<script>.py`

@@ -1,4 +1,4 @@
-"""`rlgraph run | plan | check | fmt`. Thin: each command imports what it needs when it runs.
+"""`rlgraph run | plan | check | fmt | export`. Thin: each command imports what it needs when it runs.
 
 `check`, `plan` and `fmt` never import torch, ray or transformers and never run
 code named in a spec, so they are fast and safe on a spec from anyone's repo.
@@ -47,6 +47,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--accept-changes", action="store_true",
                      help="resume even though the plan differs from the one the checkpoint was trained with")
     _add_overrides(run)
+
+    export = sub.add_parser("export", help="write a run's trained actor as a Hugging Face model folder "
+                            "(LoRA adapters merged into their base)")
+    export.add_argument("source", metavar="RUN_DIR|CHECKPOINT", help="a run directory (its newest checkpoint), "
+                        "a checkpoint folder, or a role's folder in one")
+    export.add_argument("--out", required=True, metavar="DIR", help="a new folder for the model and its tokenizer")
+    export.add_argument("--role", metavar="NAME", help="the role to export (default: the actor)")
+    export.add_argument("--base", metavar="FOLDER", help="the base model of LoRA adapters, where the one their "
+                        "adapter_config.json names has moved")
     return parser
 
 
@@ -65,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         from rlgraph.commands.run import run_command
         return run_command(args.file, args.overrides, args.output, args.address, resume=not args.no_resume,
                            accept_changes=args.accept_changes)
+    if args.command == "export":
+        from rlgraph.commands.export import export_command
+        return export_command(args.source, args.out, role=args.role, base=args.base)
     return EXIT_USAGE
 
 

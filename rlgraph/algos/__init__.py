@@ -22,12 +22,14 @@ from rlgraph.algos.losses import (
     value_loss,
 )
 from rlgraph.algos.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, get_advantage_estimator, get_policy_loss
+from rlgraph.algos.rollout_is import TIS_LEVELS, rollout_is_weights
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AGG_MODES",
     "KL_KINDS",
     "POLICY_LOSSES",
+    "TIS_LEVELS",
     "AdaptiveKLController",
     "FixedKLController",
     "agg_loss",
@@ -49,5 +51,6 @@ __all__ = [
     "reinforce_pp_baseline_advantage",
     "remax_advantage",
     "rloo_advantage",
+    "rollout_is_weights",
     "value_loss",
 ]

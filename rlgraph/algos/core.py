@@ -80,3 +80,26 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Ten
     if mode == "seq-mean-token-sum-norm":
         return masked_sum(loss_mat, mask) / loss_mat.shape[-1]
     raise ValueError(f"unknown loss aggregation mode {mode!r}; expected one of {', '.join(AGG_MODES)}")
+
+
+def agg_weight(part_mask: torch.Tensor, whole_mask: torch.Tensor, mode: str) -> float:
+    """The weight of a part's `agg_loss` in the whole's: summed over the parts of a mini-batch (its
+    micro-batches), weight x agg_loss(part) is agg_loss(whole), so gradient accumulation gives the
+    mini-batch's gradient however the rows are split (at the whole's response width).
+
+    token-mean:              the part's share of the loss tokens.
+    seq-mean-*:              its share of the sequences that have tokens.
+    seq-mean-token-sum-norm: 1 (a sum over tokens divided by a constant: the parts' losses add up).
+    A whole without loss tokens weighs the parts by their rows (every loss is 0 then).
+    """
+    if mode == "seq-mean-token-sum-norm":
+        return 1.0
+    if mode == "token-mean":
+        part, whole = int(part_mask.bool().sum()), int(whole_mask.bool().sum())
+    elif mode in ("seq-mean-token-sum", "seq-mean-token-mean"):
+        part, whole = int(part_mask.bool().any(-1).sum()), int(whole_mask.bool().any(-1).sum())
+    else:
+        raise ValueError(f"unknown loss aggregation mode {mode!r}; expected one of {', '.join(AGG_MODES)}")
+    if whole == 0:
+        return len(part_mask) / max(len(whole_mask), 1)
+    return part / whole

@@ -20,6 +20,18 @@ def _check_clip_c(clip_c: float) -> None:
         )
 
 
+def _rollout_corrected(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor | None,
+                       response_mask: torch.Tensor) -> torch.Tensor:
+    """Each token's loss times its rollout importance weight (rlgraph/algos/rollout_is.py), if any.
+
+    The weight multiplies the loss after PPO's clip, as in verl: it corrects which samples the batch
+    holds (drawn from the rollout's mu, not from pi_old), while the clip still bounds pi / pi_old.
+    """
+    if rollout_is_weights is None:
+        return pg_losses
+    return pg_losses * zero_masked(rollout_is_weights.detach(), response_mask)
+
+
 def _clipped_surrogate(
     ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,12 +50,14 @@ def policy_loss(
     clip_high: float,
     clip_c: float = 3.0,
     agg: str = "token-mean",
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate (Schulman et al. 2017) with dual clip (Ye et al. 2020).
 
     ratio = exp(log_prob - old_log_prob); loss = max(-A * ratio, -A * clip(ratio, 1 - clip_low,
     1 + clip_high)). Separate clip_low / clip_high allow DAPO's clip-higher. For A < 0 the loss is
     further capped at -A * clip_c so that one huge ratio cannot dominate the batch.
+    `rollout_is_weights`: truncated importance weights pi_old / mu that scale each token's loss (TIS).
     """
     _check_clip_c(clip_c)
     old_log_prob, log_prob, advantages = (zero_masked(t, response_mask) for t in (old_log_prob, log_prob, advantages))
@@ -54,7 +68,7 @@ def policy_loss(
     dual_bound = -advantages * clip_c
     dual_clipped = (clipped_loss > dual_bound) & (advantages < 0)
     pg_losses = torch.where(advantages < 0, torch.minimum(clipped_loss, dual_bound), clipped_loss)
-    pg_loss = agg_loss(pg_losses, response_mask, agg)
+    pg_loss = agg_loss(_rollout_corrected(pg_losses, rollout_is_weights, response_mask), response_mask, agg)
 
     metrics = {
         "actor/pg_clipfrac": masked_mean(clipped.to(ratio.dtype), response_mask).item(),
@@ -72,6 +86,7 @@ def gspo_policy_loss(
     clip_low: float,
     clip_high: float,
     agg: str = "seq-mean-token-mean",
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GSPO (Zheng et al. 2025): clip a sequence-level ratio instead of per-token ratios.
 
@@ -79,6 +94,8 @@ def gspo_policy_loss(
     s_i.detach() * exp(log_prob - log_prob.detach()): the value is s_i, the gradient flows through the
     token's own log-prob, so A_i-weighted token gradients are scaled by the sequence ratio.
     The clip range is typically tiny (3e-4 / 4e-4 in the paper), as s_i is a geometric mean.
+    `rollout_is_weights` scale each token's loss as in `policy_loss`; sequence-level ones (one weight per
+    sample) match GSPO's sequence-level objective.
     """
     old_log_prob, log_prob, advantages = (zero_masked(t, response_mask) for t in (old_log_prob, log_prob, advantages))
 
@@ -88,7 +105,7 @@ def gspo_policy_loss(
     # Clamped above only, as in the reference recipe: a huge ratio overflows, a tiny one is harmless.
     ratio = torch.exp(torch.clamp(token_log_ratio, max=10.0))  # (batch, response_len)
     pg_losses, clipped = _clipped_surrogate(ratio, advantages, clip_low, clip_high)
-    pg_loss = agg_loss(pg_losses, response_mask, agg)
+    pg_loss = agg_loss(_rollout_corrected(pg_losses, rollout_is_weights, response_mask), response_mask, agg)
 
     metrics = {
         "actor/pg_clipfrac": masked_mean(clipped.to(ratio.dtype), response_mask).item(),
@@ -106,6 +123,7 @@ def cispo_policy_loss(
     clip_low: float,
     clip_high: float,
     agg: str = "token-mean",
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """CISPO (MiniMax-M1, 2025): clip the importance weight, not the update.
 
@@ -113,6 +131,8 @@ def cispo_policy_loss(
     each token's REINFORCE gradient, so a token whose ratio left the range still learns; PPO's clip
     zeroes exactly those tokens, which are often the rare "fork" tokens of a reasoning trace. The paper
     sets no lower bound (a large clip_low) and tunes clip_high.
+    `rollout_is_weights` scale each token's loss as in `policy_loss`: the detached weight becomes
+    sg(clip(pi / pi_old) * min(pi_old / mu, cap)), the two truncated separately.
     """
     old_log_prob, log_prob, advantages = (zero_masked(t, response_mask) for t in (old_log_prob, log_prob, advantages))
 
@@ -120,7 +140,7 @@ def cispo_policy_loss(
     ratio = torch.exp(log_ratio).detach()
     is_weight = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     pg_losses = -is_weight * advantages * log_prob
-    pg_loss = agg_loss(pg_losses, response_mask, agg)
+    pg_loss = agg_loss(_rollout_corrected(pg_losses, rollout_is_weights, response_mask), response_mask, agg)
 
     metrics = {
         "actor/pg_clipfrac": masked_mean((is_weight != ratio).to(ratio.dtype), response_mask).item(),

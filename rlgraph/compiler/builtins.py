@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 
 from rlgraph.contract.methods import ROLE_METHODS as CONTRACT
 from rlgraph.contract.methods import Port
-from rlgraph.spec.schema import Bool, Choice, Float, Int, Key
+from rlgraph.diagnostics import Span
+from rlgraph.spec.schema import Bool, Choice, Float, Int, Key, Like
 
 LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k2+", "k3+", "low_var_kl+")
+TIS_LEVELS = ("off", "token", "sequence")  # rlgraph.algos.TIS_LEVELS (not imported: no torch here)
+POLICY_LOSSES = ("vanilla", "gspo", "cispo")  # rlgraph.algos.registry.POLICY_LOSSES
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,11 @@ _DOCS = {
     ("reward_model", "score"): "a sequence classifier's score on the reward token of each response",
 }
 _KWARGS: dict[tuple[str, str], dict[str, Key]] = {
+    # per call, so one step can sample and decode greedily (ReMax's baseline); unset: the rollout role's value
+    ("rollout", "generate"): {
+        "n": Key(Int(min=1), "samples per prompt of this call (default: the rollout's `n`)"),
+        "temperature": Key(Float(min=0.0), "sampling temperature of this call, 0 = greedy (default: the rollout's)"),
+    },
     ("actor", "update"): {
         **_UPDATE_COMMON,
         "clip": Key(Float(min=0.0), "PPO clip range, both sides", 0.2),
@@ -66,8 +74,14 @@ _KWARGS: dict[tuple[str, str], dict[str, Key]] = {
         "clip_c": Key(Float(min=1.0), "dual-clip bound for negative advantages (> 1)", 3.0),
         "kl_coef": Key(Float(min=0.0), "KL loss coefficient; needs ref_log_prob (0 = off)", 0.0),
         "kl_kind": Key(Choice(KL_KINDS), "KL estimator of the KL loss", "low_var_kl"),
-        "policy_loss": Key(Choice(("vanilla", "gspo", "cispo")),
-                           "token-level PPO, sequence-level GSPO, or CISPO (clipped, detached IS weight)", "vanilla"),
+        "policy_loss": Key(Choice(POLICY_LOSSES),
+                           "token-level PPO, sequence-level GSPO, CISPO (clipped, detached IS weight), or the "
+                           "name of a declared `loss`", "vanilla"),
+        "tis": Key(Choice(TIS_LEVELS), "truncated importance sampling against the rollout's sampling log-probs "
+                   "(kept by `generate -> responses, LOG_PROBS`): each token's policy loss is scaled by "
+                   "min(pi_old / mu, tis_cap), per token or per sample (verl: algorithm.rollout_is with "
+                   "rollout_is_level, rollout_is_mode = truncate)", "off"),
+        "tis_cap": Key(Float(min=1.0), "truncation of the TIS weights (verl: algorithm.rollout_is_threshold)", 2.0),
     },
     ("critic", "update"): {
         **_UPDATE_COMMON,
@@ -118,7 +132,62 @@ TRANSFORMS: dict[str, Signature] = {
     "reinforce_pp_baseline_advantage": Signature(
         "reinforce_pp_baseline_advantage", "group-mean baseline, then whitened (REINFORCE++-baseline)",
         (Port("rewards", _TOKEN),), _ADV_OUT, dict(_GROUP), min_outputs=1),
+    "remax_advantage": Signature(
+        "remax_advantage", "reward-to-go minus the reward of a baseline answer to the same prompt (ReMax: the greedy "
+        "one; verl: algorithm.adv_estimator = remax)",
+        (Port("rewards", _TOKEN), Port("baselines", _TOKEN)), _ADV_OUT, min_outputs=1),
+    "overlong_penalty": Signature(
+        "overlong_penalty", "DAPO's overlong reward shaping: a response within `buffer` tokens of max_new_tokens "
+        "loses up to `penalty_factor`, linearly in its length (verl: reward_model.overlong_buffer)",
+        (Port("scores", _TOKEN),), (Port("rewards", _TOKEN),), {
+            "buffer": Key(Int(min=1), "tokens before max_new_tokens where the penalty starts "
+                          "(verl: overlong_buffer.len)", required=True),
+            "penalty_factor": Key(Float(min=0.0), "the penalty of a response that fills max_new_tokens "
+                                  "(verl: overlong_buffer.penalty_factor)", 1.0),
+        }),
+    "filter_groups": Signature(
+        "filter_groups", "DAPO's dynamic sampling: drop the prompts whose samples all got the same value and draw "
+        "more until the batch is full; the calls after it see only the kept prompts (verl: algorithm.filter_groups; "
+        "its metric is the field passed in)",
+        (Port("scores", _TOKEN),), (), {
+            "max_rounds": Key(Int(min=0), "generation rounds per step before the run stops, 0 = no bound "
+                              "(verl: filter_groups.max_num_gen_batches)", 10),
+        }),
 }
+
+# ---- user functions: declared in the spec (`transform NAME { ... }`, `loss NAME { ... }`) ------------------
+
+
+@dataclass(frozen=True)
+class UserFunction:
+    """A function the spec declares, as the compiler knows it: by name, never imported (pre-flight does that)."""
+
+    name: str
+    kind: str  # transform | loss
+    fn: str  # `module:function` or `file.py:function`, as written
+    inputs: tuple[str, ...]  # a transform's input fields, in the order a call names them (a loss: none)
+    outputs: tuple[str, ...]
+    args: dict  # keyword arguments and their declared values
+    span: Span  # the declaration's name
+    base_dir: str  # the spec's folder, absolute: where fn is looked for (as a reward's is)
+
+
+# Keyword arguments a user transform gets from the batch when its function names them, and those a user loss
+# gets from actor.update as the built-in losses do: restated from rlgraph/workers/user_functions.py (no torch
+# here); tests/runtime/test_user_functions.py holds them equal.
+TRANSFORM_CONTEXT = ("response_mask", "index", "rollout")
+LOSS_ARGUMENTS = ("old_log_prob", "log_prob", "advantages", "response_mask", "clip_low", "clip_high", "agg",
+                  "clip_c", "rollout_is_weights")
+
+
+def user_signature(function: UserFunction) -> Signature:
+    """A user transform's call signature: its declared per-token inputs and outputs, its args as keywords."""
+    return Signature(function.name, f"user transform `{function.fn}`",
+                     tuple(Port(name, _TOKEN) for name in function.inputs),
+                     tuple(Port(name, _TOKEN) for name in function.outputs),
+                     {name: Key(Like(value), f"declared in transform `{function.name}` (default {value!r})", value)
+                      for name, value in function.args.items()})
+
 
 # Estimators that compare the samples of one prompt: they need n >= 2.
 GROUP_ESTIMATORS = ("grpo_advantage", "rloo_advantage", "reinforce_pp_baseline_advantage")

@@ -32,6 +32,9 @@ class CallNode:
     span: Span
     field_spans: dict[str, Span] = field(default_factory=dict)  # field name -> where this call names it
     kwarg_spans: dict[str, Span] = field(default_factory=dict)
+    # the user function the call runs (rlgraph.compiler.builtins.UserFunction): a declared transform, or the
+    # declared loss of an actor update; None for built-ins
+    user: Any = None
 
     def input(self, port: str) -> str | None:
         return dict(self.inputs).get(port)

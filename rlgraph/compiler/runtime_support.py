@@ -28,9 +28,10 @@ class EngineSupport:
 
 ENGINES: dict[str, EngineSupport] = {
     "hf": EngineSupport("hf", max_tp=1, kept_log_probs=True, memory_fraction=False, release_memory=True),
+    "sglang": EngineSupport("sglang", max_tp=8, kept_log_probs=True, memory_fraction=True, release_memory=True),
 }
 
-ROLE_KINDS = ("actor", "ref", "critic", "rollout", "reward_model")
+# The engines that generate with a trainer's module in place (rlgraph.runtime.roles.IN_PLACE_ENGINES)
+IN_PLACE_ENGINES = ("hf",)
 
-# The step driver runs one `generate` per step; its Rollout is what every other role call reads.
-GENERATE_CALLS_PER_STEP = 1
+ROLE_KINDS = ("actor", "ref", "critic", "rollout", "reward_model")

@@ -85,12 +85,13 @@ def role_method(kind: str | None, method: str | None) -> RoleMethod | None:
 
 
 def call_settings_class(kind: str, target: str, role_kind: str | None = None, method: str | None = None) -> type:
-    """The settings class a call of the Plan receives: by role method, by transform, or none (a reward)."""
+    """The settings class a call of the Plan receives: by role method, by transform (built-in or declared), or
+    none (a reward)."""
     if kind == "role":
         entry = role_method(role_kind, method)
         if entry is None:
             raise KeyError(f"no role method {role_kind}.{method}")
         return entry.settings
-    if kind == "transform":
-        return s.TRANSFORM_SETTINGS[target]
+    if kind == "transform":  # a built-in by its name; any other is a transform the spec declares
+        return s.TRANSFORM_SETTINGS.get(target, s.UserFunctionSettings)
     return s.NoSettings

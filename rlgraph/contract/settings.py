@@ -30,13 +30,27 @@ class OptimSettings:
 
 
 @dataclass(frozen=True)
+class LoraSettings:
+    """LoRA adapters on the actor's linear layers (peft): only they train; the base weights stay frozen."""
+
+    rank: int  # r of each adapter (verl: actor_rollout_ref.model.lora_rank); always > 0 here
+    alpha: float  # the adapter's output is scaled by alpha / rank (verl: lora_alpha)
+    dropout: float  # dropout on the adapter's input in update passes only (scoring runs without)
+    target_modules: str | tuple[str, ...]  # "all-linear" or module names such as ("q_proj", "v_proj")
+
+
+@dataclass(frozen=True)
 class ActorSettings:
     dtype: str  # torch dtype name: float32 | bfloat16 | float16
     strategy: str  # ddp | fsdp
     micro_batch: int | None  # samples per device per forward pass; None = the whole batch at once
+    micro_batch_tokens: int | None  # token budget per device per forward pass (rows x their longest row); None = off
     entropy_coeff: float
     optim: OptimSettings
     gradient_checkpointing: bool  # recompute each block's activations in backward (any train/eval mode)
+    lora: LoraSettings | None  # None: full fine-tuning (the spec's rank 0)
+    param_offload: bool  # fsdp: parameters, gradients and AdamW state on the host (FSDP2's CPUOffloadPolicy)
+    optimizer_offload: bool  # AdamW state on the host between optimizer steps
 
 
 @dataclass(frozen=True)
@@ -44,9 +58,12 @@ class CriticSettings:
     dtype: str
     strategy: str
     micro_batch: int | None
+    micro_batch_tokens: int | None
     head: str  # value
     optim: OptimSettings
     gradient_checkpointing: bool
+    param_offload: bool
+    optimizer_offload: bool
 
 
 @dataclass(frozen=True)
@@ -54,12 +71,15 @@ class RefSettings:
     dtype: str
     strategy: str  # the strategy of the trained role it is colocated with (fsdp shards it too), else ddp
     micro_batch: int | None
+    micro_batch_tokens: int | None
+    param_offload: bool  # weights on the host, on the device only for a log_prob call (sharded: FSDP2's policy)
 
 
 @dataclass(frozen=True)
 class RewardModelSettings:
     dtype: str
     micro_batch: int | None
+    micro_batch_tokens: int | None
     retokenize: bool  # score the decoded text, tokenized by the reward model's own tokenizer
 
 
@@ -98,6 +118,7 @@ class GenerateSettings:
 class LogProbSettings:
     temperature: float  # the rollout's sampling temperature (1 for a greedy rollout): log pi of what was sampled
     micro_batch: int | None
+    micro_batch_tokens: int | None
 
 
 @dataclass(frozen=True)
@@ -105,6 +126,21 @@ class ForwardSettings:
     """A forward pass over the batch: critic values, reward-model scores."""
 
     micro_batch: int | None
+    micro_batch_tokens: int | None
+
+
+@dataclass(frozen=True)
+class UserFunctionSettings:
+    """A function the spec declares (`transform NAME { ... }` or `loss NAME { ... }`): what to import and what
+    it is called with. A user transform's call settings; an actor update's `user_loss`."""
+
+    name: str  # the declaration's name
+    fn: str  # `module:function` or `path/to/file.py:function`, as written
+    base_dir: str  # the spec's folder: a relative file path is read, and a module looked for, there
+    declared_at: str  # `file:line` of the declaration, for messages at run time
+    inputs: tuple[str, ...]  # a transform's input fields, passed to fn by these names (a loss: empty)
+    outputs: tuple[str, ...]  # what a transform returns, in order (a loss: empty)
+    args: dict[str, Any]  # keyword arguments: the declared ones, with the call's overrides
 
 
 @dataclass(frozen=True)
@@ -113,15 +149,19 @@ class ActorUpdateSettings:
     minibatch: int | None  # prompts per optimizer step, as written (None = the whole batch)
     mini_batch_size: int | None  # the same in samples per replica: minibatch x n / replicas
     micro_batch: int | None
+    micro_batch_tokens: int | None
     loss_agg: str
     clip_low: float
     clip_high: float
     clip_c: float  # dual-clip bound for negative advantages
     kl_coef: float  # KL loss against ref_log_prob (0 = off)
     kl_kind: str
-    policy_loss: str  # vanilla | gspo
+    policy_loss: str  # vanilla | gspo | cispo
     entropy_coeff: float
     temperature: float  # as LogProbSettings.temperature
+    tis: str  # off | token | sequence: truncated importance weights against the rollout's kept log-probs
+    tis_cap: float  # the weights' truncation (verl: algorithm.rollout_is_threshold)
+    user_loss: UserFunctionSettings | None  # policy_loss names a declared `loss`: its function; None: a built-in
 
 
 @dataclass(frozen=True)
@@ -130,6 +170,7 @@ class CriticUpdateSettings:
     minibatch: int | None
     mini_batch_size: int | None
     micro_batch: int | None
+    micro_batch_tokens: int | None
     loss_agg: str
     clip: float  # value clip range around the old values
 
@@ -167,12 +208,31 @@ class ReinforcePPSettings:
 
 
 @dataclass(frozen=True)
+class OverlongPenaltySettings:
+    """DAPO's overlong reward shaping (verl: reward_model.overlong_buffer): a response longer than
+    max_new_tokens - buffer loses penalty_factor x (its excess / buffer), down to -penalty_factor."""
+
+    buffer: int  # tokens before max_new_tokens where the penalty starts (verl: overlong_buffer.len)
+    penalty_factor: float  # the penalty of a response that fills max_new_tokens (verl: overlong_buffer.penalty_factor)
+    max_new_tokens: int  # of the step's trained generate call
+
+
+@dataclass(frozen=True)
+class FilterGroupsSettings:
+    """DAPO's dynamic sampling (verl: algorithm.filter_groups): the prompts whose samples all got the same
+    value are dropped, and more prompts are drawn and generated until the batch is full."""
+
+    max_rounds: int  # generation rounds per step before the run stops (0 = no bound; verl: max_num_gen_batches)
+
+
+@dataclass(frozen=True)
 class RewardSettings:
     """A rule reward's guards (its function is `Plan.rewards[name]`)."""
 
     max_invalid_fraction: float  # share of a batch's rows that may get no usable score (left out of the update)
     timeout_s: float  # the most seconds one call of the function (one row) may take
     batched: bool  # the function takes the batch's columns as lists and returns a list of scores
+    workers: int  # processes that score a batch's rows in parallel (a batched function uses one)
 
 
 @dataclass(frozen=True)
@@ -186,6 +246,8 @@ class TrainSettings:
     deterministic: bool  # GPU workers use deterministic kernels (CPU ones always are)
     max_failures: int  # worker-process deaths recovered from (restart + latest checkpoint) before giving up
     samples_every: int  # steps between samples written to samples.jsonl (0 = never)
+    staleness: int  # policy versions a sample may lag behind the update it trains (0 = synchronous)
+    loggers: tuple[str, ...]  # where each step's metrics go besides metrics.jsonl: console, tensorboard, wandb, mlflow
 
 
 @dataclass(frozen=True)
@@ -213,15 +275,19 @@ TRANSFORM_SETTINGS: dict[str, type] = {
     "rloo_advantage": GroupBaselineSettings,
     "reinforce_pp_advantage": ReinforcePPSettings,
     "reinforce_pp_baseline_advantage": GroupBaselineSettings,
+    "remax_advantage": NoSettings,
+    "overlong_penalty": OverlongPenaltySettings,
+    "filter_groups": FilterGroupsSettings,
 }
 
 SETTINGS_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (
     NoSettings, GenerateSettings, LogProbSettings, ForwardSettings, ActorUpdateSettings, CriticUpdateSettings,
+    UserFunctionSettings,
     *ROLE_SETTINGS.values(), *TRANSFORM_SETTINGS.values(), TrainSettings, DataSettings, RewardSettings,
 )}
 
-_NESTED = {"optim": OptimSettings}
-_TUPLES = ("betas",)
+_NESTED = {"optim": OptimSettings, "lora": LoraSettings, "user_loss": UserFunctionSettings}
+_TUPLES = ("betas", "target_modules", "inputs", "outputs", "loggers")
 
 
 class SettingsError(ValueError):

@@ -9,7 +9,8 @@ from rlgraph.plan.memory import estimate
 from rlgraph.plan.tokenizers import check_tokenizers
 from rlgraph.plan.model import CallPlan, Plan
 from rlgraph.plan.placement import place
-from rlgraph.plan.resolve import call_settings, data_settings, reward_settings, train_settings
+from rlgraph.contract.rollouts import trained_generate
+from rlgraph.plan.resolve import call_settings, data_settings, generate_settings, reward_settings, train_settings
 from rlgraph.plan.schedule import schedule
 from rlgraph.spec.schema import BLOCKS
 
@@ -42,8 +43,8 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
         plan.schedule, stage_of = schedule(graph, plan.placements)
         roles = {r.name: r.settings for r in plan.roles}
         replicas = {r.name: r.replicas for r in plan.roles}
-        generate = next((c for c in graph.calls() if c.kind == "role" and c.method == "generate"), None)
-        rollout = roles.get(generate.target) if generate is not None else None
+        generate = trained_generate(graph.calls())  # what log-probs are scored at and mini-batches count
+        rollout = _or_none(lambda: generate_settings(generate, roles[generate.target])) if generate else None
         plan.calls = [CallPlan(c.id, c.label, c.kind, c.target, c.method, c.role_kind,
                                [list(port) for port in c.inputs], [list(port) for port in c.outputs],
                                dict(c.kwargs), stage_of.get(c.id, 0),

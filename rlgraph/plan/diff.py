@@ -26,9 +26,16 @@ RESUME_SAFE = frozenset({
     "train.val_samples",
     "train.max_failures",
     "train.samples_every",
+    "train.loggers",
     "data.val",
     "data.val_batch_size",
 })
+# Role fields (`<role>.<field>`) that move a role's state between device and host memory, not what a step
+# computes: a run that ran out of device memory turns them on and resumes. (An fsdp role's param_offload
+# steps AdamW on the CPU: the same update, though not bit for bit the device kernel's rounding.)
+RESUME_SAFE_ROLE_FIELDS = frozenset({"param_offload", "optimizer_offload"})
+# Reward fields (`rewards.<name>.<field>`) that change how fast rows are scored, not their scores.
+RESUME_SAFE_REWARD_FIELDS = frozenset({"workers"})
 
 # Plan fields that describe the plan rather than what it trains: the spec's path (the same spec run from
 # the copy in the run directory), findings and estimates, and the schedule (derived from the calls).
@@ -58,7 +65,10 @@ class Change:
 
     @property
     def resume_safe(self) -> bool:
-        return self.key in RESUME_SAFE
+        role_field = not self.is_entity and self.key.count(".") == 1 and self.key.split(".")[1]
+        reward_field = self.key.startswith("rewards.") and self.key.count(".") == 2 and self.key.split(".")[2]
+        return (self.key in RESUME_SAFE or role_field in RESUME_SAFE_ROLE_FIELDS
+                or reward_field in RESUME_SAFE_REWARD_FIELDS)
 
     def render(self) -> str:
         if self.is_entity:

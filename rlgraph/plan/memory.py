@@ -12,12 +12,19 @@ docs/memory.md writes out every formula; in short, per device:
   are FSDP's gathered blocks, one (and the prefetched next) at a time, in place
   of the fp32 blocks an fp32 role gathers: 1/layers of the model each, a
   working buffer like activations, not counted for either dtype.
+- LoRA actor (`lora { rank = r }`): the base weights as above (frozen, no grads,
+  no Adam state), plus the adapters, r x (in + out) parameters per adapted linear
+  layer, at 4 + 4 + 8 B each (fp32 adapter, grad, Adam m and v).
 - frozen role (ref, reward_model): params only, in its dtype; sharded like its
-  colocation root's strategy (fsdp shards), whole on a pool of its own.
+  colocation root's strategy (fsdp shards), whole on a pool of its own. A ref on
+  the model of a LoRA actor whose devices it shares holds nothing: it is the
+  actor's base with the adapters off.
 - rollout: weights in its dtype split over tp, or nothing for an hf rollout
   colocated with the actor whose model it generates with (the hybrid engine
   reads the actor's weights in place; sglang keeps a copy of its own); plus the
   KV cache of its share of the batch.
+- offload (`offloaded_items`): what a role keeps in host memory leaves its
+  device's estimate and is listed in the row's `host` instead.
 
 The model's size comes from the model block (`params`, `layers`, ...), else
 from the folder's config.json read as plain JSON, else from BUILTIN_MODELS.
@@ -69,6 +76,7 @@ class ModelShape:
     kv_heads: int | None = None
     head_dim: int | None = None
     vocab: int | None = None
+    intermediate: int | None = None  # the MLP's inner size (config.json), for the LoRA adapters' size
     source: str = "spec"  # where the numbers came from: spec | config.json | builtin
 
     @property
@@ -129,6 +137,7 @@ def model_shape(model: Decl, base: Path) -> ModelShape:
         kv_heads=model.get("kv_heads") or cfg.get("num_key_value_heads") or heads,
         head_dim=head_dim,
         vocab=model.get("vocab") or cfg.get("vocab_size"),
+        intermediate=cfg.get("intermediate_size"),
         source=source if not model.is_set("params") else "spec",
     )
 
@@ -156,6 +165,51 @@ def shares_actor_weights(program: Program, role: Decl) -> bool:
             and root.kind == "actor" and model_of(program, role) == root.get("model"))
 
 
+def lora_rank(role: Decl) -> int:
+    """The rank of a LoRA actor's adapters; 0 = full fine-tuning."""
+    return (role.get("lora") or {}).get("rank", 0) if role.kind == "actor" else 0
+
+
+def shares_actor_base(program: Program, role: Decl) -> bool:
+    """A ref on the model of a LoRA actor whose devices it shares is that actor's base (its adapters off)."""
+    root = root_of(program, role)
+    return role.kind == "ref" and any(
+        lora_rank(actor) and root_of(program, actor) is root and actor.get("model") == model_of(program, role)
+        for actor in program.roles.values())
+
+
+def adapter_params(shape: ModelShape, rank: int, targets: str | list[str]) -> int | None:
+    """Parameters of LoRA adapters of rank `rank` on a Llama-shaped decoder: rank x (in + out) per adapted
+    linear layer. "all-linear" adapts every projection (not the output head); a name this table does not
+    know adds nothing. None when the shape is not known well enough."""
+    if None in (shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.head_dim):
+        return None
+    h, q, kv = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    dims = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h)}
+    if shape.intermediate:
+        i = shape.intermediate
+        dims.update(gate_proj=(h, i), up_proj=(h, i), down_proj=(i, h))
+    elif targets == "all-linear":
+        return None
+    names = list(dims) if targets == "all-linear" else [t for t in dict.fromkeys(targets) if t in dims]
+    return shape.layers * sum(rank * (dims[n][0] + dims[n][1]) for n in names)
+
+
+def offloaded_items(role: Decl) -> tuple[str, ...]:
+    """The items of `role_memory` that a role keeps in host memory instead of on its device.
+
+    A trained role's `param_offload` is FSDP2's CPUOffloadPolicy: each rank's shards of the parameters,
+    gradients and AdamW state live in host memory and the optimizer steps there; the device holds only the
+    blocks gathered for the pass that runs (a working buffer, not counted either way). `optimizer_offload`
+    keeps AdamW's moments on the host between steps. A ref's `param_offload` keeps its weights on the host
+    between its log_prob calls (the estimate is the steady state between calls)."""
+    if role.kind in TRAINED:
+        if role.get("param_offload"):
+            return "params", "adapters", "grads", "optimizer"
+        return ("optimizer",) if role.get("optimizer_offload") else ()
+    return ("params",) if role.kind == "ref" and role.get("param_offload") else ()
+
+
 def kv_cache_bytes(shape: ModelShape, *, prompt_length: int, new_tokens: int, sequences: int, dtype: str,
                    tp: int = 1) -> int:
     """KV cache per device: 2 (K, V) × layers × kv_heads per device × head_dim × tokens × sequences × bytes."""
@@ -175,15 +229,21 @@ def role_memory(program: Program, role: Decl, plan: RolePlan, shape: ModelShape 
     if role.kind in TRAINED:
         if P is None:
             return items, ["weights"]
+        trained = P  # parameters with grads and Adam state
         items["params"] = _ceil_div(P * MASTER_BYTES, shard)
-        items["grads"] = _ceil_div(P * MASTER_BYTES, shard)
-        items["optimizer"] = _ceil_div(P * ADAM_BYTES, shard)
+        if lora_rank(role):  # only the adapters train; the base is frozen
+            trained = adapter_params(shape, lora_rank(role), role["lora"].get("target_modules", "all-linear"))
+            if trained is None:
+                return items, ["adapters"]
+            items["adapters"] = trained * MASTER_BYTES
+        items["grads"] = _ceil_div(trained * MASTER_BYTES, shard)
+        items["optimizer"] = _ceil_div(trained * ADAM_BYTES, shard)
         if b != MASTER_BYTES and shard == 1:
             items["compute_copy"] = P * b  # autocast's bf16 copy of every weight, during each forward
     elif role.kind in FROZEN:
         if P is None:
             return items, ["weights"]
-        items["params"] = _ceil_div(P * b, shard)
+        items["params"] = 0 if shares_actor_base(program, role) else _ceil_div(P * b, shard)
     elif role.kind == "rollout":
         if shares_actor_weights(program, role):
             items["weights"] = 0
@@ -206,6 +266,10 @@ def _unknown_diagnostic(program: Program, role: Decl, model_name: str | None, wh
     model = program.models.get(model_name) if model_name else None
     where = model.span_of("path") if model else role.span
     name = f"model `{model_name}`" if model_name else f"`{role.name}`"
+    if "adapters" in what:
+        return warning("memory-unknown", f"the LoRA adapters of `{role.name}` cannot be estimated: {name} does not "
+                       "say its `layers`, `heads`, `hidden` size and (for all-linear) its MLP size", where,
+                       "point `path` at a folder with config.json")
     if "weights" in what:
         return warning("memory-unknown", f"the memory of `{role.name}` cannot be estimated: {name} has no `params`, "
                        "no readable config.json and is not a built-in model", where,
@@ -243,6 +307,7 @@ def estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan],
     shapes: dict[str, ModelShape] = {}
     role_plans = {r.name: r for r in roles}
     per_replica: dict[str, dict[str, int]] = {}
+    per_replica_host: dict[str, dict[str, int]] = {}  # offloaded: in the host memory of the device's node
     warned: set[tuple[str, str]] = set()
     for plan in roles:
         role = program.roles[plan.name]
@@ -250,7 +315,9 @@ def estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan],
         if model_name in program.models and model_name not in shapes:
             shapes[model_name] = model_shape(program.models[model_name], base)
         items, unknown = role_memory(program, role, plan, shapes.get(model_name))
-        per_replica[plan.name] = items
+        host = offloaded_items(role)
+        per_replica[plan.name] = {item: size for item, size in items.items() if item not in host}
+        per_replica_host[plan.name] = {item: size for item, size in items.items() if item in host}
         for what in unknown:
             key = (model_name or plan.name, "weights") if what == "weights" else (plan.name, what)
             if key not in warned:
@@ -271,6 +338,9 @@ def estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan],
                 key = f"{p.role}/{item}"
                 row.breakdown[key] = row.breakdown.get(key, 0) + size
                 row.estimated_bytes += size
+            for item, size in per_replica_host.get(p.role, {}).items():
+                key = f"{p.role}/{item}"
+                row.host[key] = row.host.get(key, 0) + size
     out = list(rows.values())
     diagnostics += _check_fit(program, pools, out, role_plans)
     return out, diagnostics

@@ -99,6 +99,9 @@ class MemoryRow:
     estimated_bytes: int
     capacity_bytes: int | None
     breakdown: dict[str, int]  # `<role>/<item>` -> bytes, e.g. `actor/optimizer`
+    # `<role>/<item>` -> bytes that this device's replicas keep in host memory instead (param_offload,
+    # optimizer_offload); not in estimated_bytes
+    host: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

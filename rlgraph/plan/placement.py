@@ -27,7 +27,7 @@ from rlgraph.plan.model import Placement, PoolPlan, RolePlan
 from rlgraph.plan.resolve import role_settings
 from rlgraph.spec.program import Decl, Program
 
-GPU_ONLY_ENGINES = ("sglang",)
+GPU_ONLY_ENGINES = ("sglang", "vllm")
 _SEARCH_STEPS = 64  # how far past its lower bound a hint's search for nodes / devices per node goes
 
 

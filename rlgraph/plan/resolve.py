@@ -23,18 +23,23 @@ def role_settings(program: Program, role: Decl, root: Decl) -> Any:
     v = role.values
     dtype = TORCH_DTYPES[v.get("dtype") or "fp32"]
     if role.kind == "actor":
-        return s.ActorSettings(dtype, v["strategy"], v.get("micro_batch"), v["entropy_coeff"], _optim(v),
-                               gradient_checkpointing=v["gradient_checkpointing"])
+        return s.ActorSettings(dtype, v["strategy"], v.get("micro_batch"), v.get("micro_batch_tokens"),
+                               v["entropy_coeff"], _optim(v),
+                               gradient_checkpointing=v["gradient_checkpointing"], lora=_lora(v),
+                               param_offload=v["param_offload"], optimizer_offload=v["optimizer_offload"])
     if role.kind == "critic":
-        return s.CriticSettings(dtype, v["strategy"], v.get("micro_batch"), v["head"], _optim(v),
-                                gradient_checkpointing=v["gradient_checkpointing"])
+        return s.CriticSettings(dtype, v["strategy"], v.get("micro_batch"), v.get("micro_batch_tokens"), v["head"],
+                                _optim(v), gradient_checkpointing=v["gradient_checkpointing"],
+                                param_offload=v["param_offload"], optimizer_offload=v["optimizer_offload"])
     if role.kind == "ref":
         # a frozen role is sharded like the trained role it is colocated with (as the memory model counts it)
         trained_root = root is not role and root.kind in ("actor", "critic")
         strategy = (root.values.get("strategy") or "ddp") if trained_root else "ddp"
-        return s.RefSettings(dtype, strategy, v.get("micro_batch"))
+        return s.RefSettings(dtype, strategy, v.get("micro_batch"), v.get("micro_batch_tokens"),
+                             param_offload=v["param_offload"])
     if role.kind == "reward_model":
-        return s.RewardModelSettings(dtype, v.get("micro_batch"), bool(v.get("retokenize", False)))
+        return s.RewardModelSettings(dtype, v.get("micro_batch"), v.get("micro_batch_tokens"),
+                                     bool(v.get("retokenize", False)))
     if role.kind == "rollout":
         return s.RolloutSettings(v["engine"], v["n"], v["temperature"], v["top_p"], v["top_k"], v["max_new_tokens"],
                                  v["tp"], v["memory_fraction"], dtype)
@@ -46,11 +51,24 @@ def _optim(values: dict[str, Any]) -> s.OptimSettings:
     return s.OptimSettings(o["lr"], tuple(o["betas"]), o["weight_decay"], o["warmup_steps"], o["grad_clip"] or None)
 
 
+def _lora(values: dict[str, Any]) -> s.LoraSettings | None:
+    lora = values["lora"]
+    if not lora["rank"]:  # rank 0: full fine-tuning
+        return None
+    targets = lora["target_modules"]
+    return s.LoraSettings(lora["rank"], float(lora["alpha"]), lora["dropout"],
+                          targets if isinstance(targets, str) else tuple(targets))
+
+
 def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int], rollout: Any | None) -> Any:
     """The settings of one call of the step. `roles`: role name -> its settings; `rollout`: the settings of
-    the step's generating role (None in a spec without a generate call, which has errors anyway)."""
+    the step's trained generate call (`generate_settings`; None in a spec without one, which has errors anyway)."""
     kw = call.kwargs
     cls = call_settings_class(call.kind, call.target, call.role_kind, call.method)
+    if cls is s.OverlongPenaltySettings:  # the length it penalises towards is the trained generate's
+        return s.OverlongPenaltySettings(kw["buffer"], kw["penalty_factor"], rollout.max_new_tokens)
+    if cls is s.UserFunctionSettings:  # a declared transform; its args with the call's overrides
+        return user_function_settings(call.user, kw)
     if call.kind != "role":
         return cls(**{name: kw[name] for name in cls.__dataclass_fields__})
     n = rollout.n if rollout is not None else 1
@@ -58,13 +76,13 @@ def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int
     temperature = rollout.temperature if rollout is not None and rollout.temperature > 0 else 1.0
     role = roles.get(call.target)
     micro_batch = getattr(role, "micro_batch", None)
+    micro_batch_tokens = getattr(role, "micro_batch_tokens", None)
     if cls is s.GenerateSettings:
-        return s.GenerateSettings(role.n, role.temperature, role.top_p, role.top_k, role.max_new_tokens,
-                                  keep_log_probs=len(call.outputs) > 1)
+        return generate_settings(call, role)
     if cls is s.LogProbSettings:
-        return s.LogProbSettings(temperature, micro_batch)
+        return s.LogProbSettings(temperature, micro_batch, micro_batch_tokens)
     if cls is s.ForwardSettings:
-        return s.ForwardSettings(micro_batch)
+        return s.ForwardSettings(micro_batch, micro_batch_tokens)
     # mini-batches are written in prompts (verl's ppo_mini_batch_size): samples = prompts x n, per replica
     minibatch = kw.get("minibatch")
     mini_batch_size = max(minibatch * n // replicas.get(call.target, 1), 1) if minibatch else None
@@ -72,14 +90,33 @@ def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int
         clip = kw["clip"]
         return s.ActorUpdateSettings(
             epochs=kw["epochs"], minibatch=minibatch, mini_batch_size=mini_batch_size, micro_batch=micro_batch,
-            loss_agg=kw["loss_agg"],
+            micro_batch_tokens=micro_batch_tokens, loss_agg=kw["loss_agg"],
             clip_low=kw["clip_low"] if kw.get("clip_low") is not None else clip,
             clip_high=kw["clip_high"] if kw.get("clip_high") is not None else clip,
             clip_c=kw["clip_c"], kl_coef=kw["kl_coef"] or 0.0, kl_kind=kw["kl_kind"], policy_loss=kw["policy_loss"],
-            entropy_coeff=getattr(role, "entropy_coeff", 0.0), temperature=temperature)
+            entropy_coeff=getattr(role, "entropy_coeff", 0.0), temperature=temperature, tis=kw["tis"],
+            tis_cap=kw["tis_cap"],
+            user_loss=user_function_settings(call.user, call.user.args) if call.user is not None else None)
     if cls is s.CriticUpdateSettings:
-        return s.CriticUpdateSettings(kw["epochs"], minibatch, mini_batch_size, micro_batch, kw["loss_agg"], kw["clip"])
+        return s.CriticUpdateSettings(kw["epochs"], minibatch, mini_batch_size, micro_batch, micro_batch_tokens,
+                                      kw["loss_agg"], kw["clip"])
     raise ValueError(f"no settings resolution for {call.label}")
+
+
+def user_function_settings(function: Any, args: dict[str, Any]) -> s.UserFunctionSettings:
+    """A declared transform or loss (rlgraph.compiler.builtins.UserFunction), called with `args`."""
+    return s.UserFunctionSettings(function.name, function.fn, function.base_dir,
+                                  f"{function.span.file}:{function.span.line}", tuple(function.inputs),
+                                  tuple(function.outputs), dict(args))
+
+
+def generate_settings(call: CallNode, role: s.RolloutSettings) -> s.GenerateSettings:
+    """A generate call's sampling: its own `n` and `temperature` where it gives them, else its rollout's."""
+    kw = call.kwargs
+    n = kw["n"] if kw.get("n") is not None else role.n
+    temperature = kw["temperature"] if kw.get("temperature") is not None else role.temperature
+    return s.GenerateSettings(n, temperature, role.top_p, role.top_k, role.max_new_tokens,
+                              keep_log_probs=len(call.outputs) > 1)
 
 
 def data_settings(program: Program) -> s.DataSettings | None:
@@ -91,10 +128,11 @@ def data_settings(program: Program) -> s.DataSettings | None:
 
 
 def reward_settings(values: dict[str, Any]) -> s.RewardSettings:
-    return s.RewardSettings(values["max_invalid_fraction"], values["timeout_s"], values["batched"])
+    return s.RewardSettings(values["max_invalid_fraction"], values["timeout_s"], values["batched"], values["workers"])
 
 
 def train_settings(values: dict[str, Any]) -> s.TrainSettings:
     return s.TrainSettings(values["steps"], values["seed"], values["validate_every"], values["val_samples"],
                            values["checkpoint_every"], values["keep_checkpoints"], values["deterministic"],
-                           values["max_failures"], values["samples_every"])
+                           values["max_failures"], values["samples_every"], values["staleness"],
+                           tuple(values["loggers"]))

@@ -6,7 +6,8 @@ import io
 import shutil
 
 from rlgraph.plan.model import Plan
-from rlgraph.plan.view import KIND_COLORS, call_where, devices, format_bytes, peak, role_kinds, span_text, summary
+from rlgraph.plan.view import (KIND_COLORS, call_where, devices, format_bytes, peak, pipeline, role_kinds, span_text,
+                               summary)
 
 _BAR = 10
 
@@ -77,7 +78,10 @@ def _schedule_table(plan: Plan):
     from rich.text import Text
 
     where = call_where(plan)
-    table = Table(title="Schedule (one step)", title_justify="left", title_style="bold", box=None,
+    loops = pipeline(plan)
+    title = "Schedule (one step)" if loops is None else \
+        f"Schedule (one step; asynchronous: two loops, train.staleness = {loops.staleness})"
+    table = Table(title=title, title_justify="left", title_style="bold", box=None,
                   pad_edge=False, header_style="dim")
     table.add_column("stage", justify="right")
     table.add_column("calls (‖ runs at the same time, → one after another on shared devices)")
@@ -96,7 +100,14 @@ def _schedule_table(plan: Plan):
                 kind = kinds.get(call.target) if call and call.kind == "role" else (call.kind if call else "")
                 text += Text(call_id, style=KIND_COLORS.get(kind or "", ""))
             text += Text(f" [{where.get(lane[0], '?')}]", style="dim")
-        table.add_row(str(stage.stage), text, Text("concurrent", style="bold green") if stage.concurrent else "")
+        mark = Text("concurrent", style="bold green") if stage.concurrent else Text("")
+        if loops is not None:
+            mark = Text("trainer loop" if stage.stage in loops.trainer_stages else "rollout loop", style="bold cyan")
+        table.add_row(str(stage.stage), text, mark)
+    if loops is not None:
+        for line in loops.meet:
+            table.add_row("", Text(f"meet: {line}", style="dim italic"), "")
+        return table
     for a, b in plan.syncs:
         table.add_row("", Text(f"sync {a} → {b} (weights, after the step's updates)", style="dim italic"), "")
     return table
@@ -119,6 +130,11 @@ def _memory_table(plan: Plan):
         table.add_row(key, format_bytes(size), share)
     cap = f" of {format_bytes(top.capacity_bytes)}" if top.capacity_bytes else " (capacity unknown: set `memory`)"
     table.add_row("[bold]total[/]", f"[bold]{format_bytes(top.estimated_bytes)}[/]", cap.strip())
+    for key, size in sorted(top.host.items(), key=lambda kv: -kv[1]):  # offloaded: not in the total
+        table.add_row(f"{key} (host)", format_bytes(size), "offloaded")
+    if top.host:  # the host memory is the node's: every device's replicas offload into it
+        node = sum(sum(r.host.values()) for r in plan.memory if (r.pool, r.node) == (top.pool, top.node))
+        table.add_row(f"[bold]host memory of node {top.node}[/]", f"[bold]{format_bytes(node)}[/]", "all its devices")
     return table
 
 

@@ -175,3 +175,26 @@ def summary(plan: Plan) -> str:
 def counts(plan: Plan) -> tuple[int, int]:
     errors = sum(d["severity"] == "error" for d in plan.diagnostics)
     return errors, len(plan.diagnostics) - errors
+
+
+@dataclass
+class Pipeline:
+    """Asynchronous training (train.staleness > 0) as two loops: what each runs and where they meet."""
+
+    staleness: int
+    rollout_calls: list[str]  # the generate call: batch t+1 .. t+k, with the weights the rollout has
+    trainer_stages: list[int]  # the stages after it: batch t
+    meet: list[str]  # lines: the batch one way, the weights the other
+
+
+def pipeline(plan: Plan) -> Pipeline | None:
+    if plan.train is None or not plan.train.staleness:
+        return None
+    k = plan.train.staleness
+    generate = [c.id for c in plan.calls if c.kind == "role" and c.method == "generate"]
+    stages = [s.stage for s in plan.schedule if not set(s.calls) <= set(generate)]
+    meet = [f"batch: the rollout hands each generated batch to the trainer; it generates up to {k} batch"
+            f"{'es' * (k != 1)} ahead, so a sample is at most {k} update{'s' * (k != 1)} old"]
+    meet += [f"weights: sync {a} → {b} as soon as each update ends; the rollout loads them between batches"
+             for a, b in plan.syncs]
+    return Pipeline(k, generate, stages, meet)

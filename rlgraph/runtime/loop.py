@@ -3,6 +3,8 @@
     for step in start+1 .. steps:
         sync weights (trained role -> rollout)
         run the step's schedule on a batch of prompts (driver.py)
+            (asynchronously, train.staleness = k: the rollout generates up to k batches ahead of the
+            update, with the weights it has; each sync goes to it as soon as an update ends)
         validate every k steps (and before the first step and after the last)
         checkpoint every k steps (and after the last)
         one line of metrics.jsonl
@@ -13,6 +15,7 @@ a resumed run ends with the same weights as one that never stopped (same seed, s
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import sys
@@ -31,7 +34,7 @@ from rlgraph.runtime import checkpoint as ckpt
 from rlgraph.runtime import history
 from rlgraph.runtime.cluster import ray_cluster
 from rlgraph.runtime.console import RunConsole
-from rlgraph.runtime.driver import StepDriver, derive_seed, ray_errors
+from rlgraph.runtime.driver import InFlight, StepDriver, derive_seed, ray_errors
 from rlgraph.runtime.errors import ProcessDiedError, RunError
 from rlgraph.runtime.lowering import DEFAULT_PLACEMENT_TIMEOUT_S, Lowered, lower
 from rlgraph.runtime.metrics import METRICS_FILE, MetricsWriter, plot_curves, read_metrics
@@ -237,7 +240,8 @@ class Trainer:
         checkpoint_every = self.train_cfg.checkpoint_every
         keep = self.train_cfg.keep_checkpoints
         start_step = self.step
-        writer = MetricsWriter(self.run_dir, keep_up_to_step=start_step if self.resumed else None)
+        writer = MetricsWriter(self.run_dir, keep_up_to_step=start_step if self.resumed else None,
+                               loggers=tuple(self.plan.train.loggers))
         last_val = _last(writer.records, "val/score/mean")
         last_checkpoint = ckpt.latest_checkpoint(self.run_dir)
 
@@ -253,6 +257,12 @@ class Trainer:
         data = iter(self.loader)
         stop = stop or StopRequest()
         stop.deferring = True  # from here a signal lets the step in progress finish
+        # Generations launched ahead of the update that trains on them: at most `staleness` besides the step's
+        # own. With staleness 0 each step syncs, generates and trains in turn (the synchronous loop).
+        staleness = self.train_cfg.staleness
+        in_flight: collections.deque[InFlight] = collections.deque()
+        self.driver.trained_version = self.driver.rollout_version = start_step
+        loader_state = self.loader.state_dict()  # the loader as of the last batch trained on
         try:
             while self.step < total:
                 if stop.requested and self.step in (start_step, last_checkpoint and last_checkpoint.step):
@@ -261,17 +271,26 @@ class Trainer:
                 step = self.step
                 # --- one step
                 t0 = time.perf_counter()
-                batch = next(data)
-                prompts = [dict(zip(batch, values)) for values in zip(*batch.values())]
-                sync = self.driver.sync_weights()
-                result = self.driver.run(step, prompts)
+                sync = 0.0
+                while len(in_flight) <= staleness and step + len(in_flight) <= total:
+                    # the weights of the last update go to the rollout first; asynchronously it loads them
+                    # after the batch it is generating, and the driver does not wait
+                    sync += self.driver.sync_weights(wait=staleness == 0)
+                    in_flight.append(self._launch(step + len(in_flight), data))
+                flight = in_flight.popleft()
+                result = self.driver.finish(flight)
+                loader_state = flight.loader_state
                 step_time = time.perf_counter() - t0
-                record: dict[str, Any] = {"training/global_step": step, "training/epoch": self.loader.epoch}
+                record: dict[str, Any] = {"training/global_step": step, "training/epoch": flight.epoch}
                 record.update(result.metrics)
                 record.update({f"timing_s/{name}": seconds for name, seconds in result.timing.items()})
-                record["timing_s/sync"] = sync  # put once + every rollout replica loads
+                record["timing_s/sync"] = sync  # put once + every rollout replica loads (asynchronous: started)
                 record["timing_s/update_weights"] = sync  # verl's name for the same thing
                 record["timing_s/step"] = step_time
+                # the two loops of asynchronous training (synchronously they run one after the other): the
+                # rollout's generate and its wait for weights; the trainer's step less its wait for the batch
+                record["timing_s/rollout_loop"] = result.timing.get("gen", 0.0) + result.timing.get("wait_for_weights", 0.0)
+                record["timing_s/trainer_loop"] = step_time - result.timing.get("wait_for_rollout", 0.0)
                 record.update(startup)  # a resumed run's first record: how long it took to start again
                 startup = {}
                 record["perf/time_per_step"] = step_time
@@ -286,7 +305,7 @@ class Trainer:
                 staged = None
                 if stop.requested or step == total or (checkpoint_every and step % checkpoint_every == 0):
                     t = time.perf_counter()
-                    staged = self.stage_checkpoint(step, record)
+                    staged = self.stage_checkpoint(step, record, loader_state)
                     record["timing_s/save_checkpoint"] = time.perf_counter() - t
                 writer.write(record)  # on disk before its checkpoint is published: a resume from it has the line
                 if staged is not None:
@@ -325,6 +344,7 @@ class Trainer:
         # the step's sampling settings, greedy for val/score/mean, with val_samples per prompt for mean@N
         train_sampling = dataclasses.replace(self.driver.generate.settings, keep_log_probs=False)
         greedy_settings = dataclasses.replace(train_sampling, n=1, temperature=0.0)
+        self.driver.wake()
         greedy = [group.one("generate", items[i : i + chunk], settings=greedy_settings, seed=0).result()
                   for i in range(0, len(items), chunk)]
         n = self.train_cfg.val_samples
@@ -334,6 +354,7 @@ class Trainer:
             sampled = [group.one("generate", items[i : i + chunk], settings=sampled_settings,
                                  seed=derive_seed(self.seed, step, f"val/{i}")).result()
                        for i in range(0, len(items), chunk)]
+        self.driver.sleep()
         with ray_errors(self.lowered.actor_names):
             greedy_rollouts = ray.get(greedy)
             sampled_rollouts = ray.get(sampled)
@@ -352,11 +373,34 @@ class Trainer:
     def _trained_roles(self) -> list[str]:
         return [r.name for r in self.plan.roles if r.kind in TRAINED_KINDS]
 
+    def _launch(self, step: int, data: Any) -> InFlight:
+        """Draw step `step`'s prompts and start generating them with the rollout's weights of now."""
+        def draw() -> list[dict[str, Any]]:
+            batch = next(data)
+            return [dict(zip(batch, values)) for values in zip(*batch.values())]
+
+        flight = self.driver.launch(step, draw())
+        flight.loader_state, flight.epoch = self.loader.state_dict(), self.loader.epoch
+
+        def refill() -> list[dict[str, Any]]:
+            # a refill's prompts count as drawn by this step: a resume from its checkpoint draws after them
+            prompts = draw()
+            flight.loader_state, flight.epoch = self.loader.state_dict(), self.loader.epoch
+            return prompts
+
+        flight.draw = refill
+        return flight
+
     def save(self, step: int, keep: int, record: dict[str, Any]) -> ckpt.Checkpoint:
         return self.stage_checkpoint(step, record).publish(keep)
 
-    def stage_checkpoint(self, step: int, record: dict[str, Any]) -> ckpt.CheckpointWriter:
-        """Step `step`'s checkpoint, written and sealed but not yet published (`.publish(keep)` does)."""
+    def stage_checkpoint(self, step: int, record: dict[str, Any],
+                         loader_state: dict[str, Any] | None = None) -> ckpt.CheckpointWriter:
+        """Step `step`'s checkpoint, written and sealed but not yet published (`.publish(keep)` does).
+
+        `loader_state`: the data loader right after step `step`'s batch was drawn (default: as it is now).
+        Asynchronously, the batches generated ahead are not in the checkpoint: a resume draws and generates
+        them again, with the checkpoint's weights, so no prompt is lost or trained on twice."""
         writer = ckpt.CheckpointWriter(self.run_dir, step)
         try:
             refs = []
@@ -375,7 +419,7 @@ class Trainer:
             writer.save_tensors(ckpt.TRAINER_STATE, {
                 "step": step,
                 "seed": self.seed,
-                "dataloader": self.loader.state_dict(),
+                "dataloader": loader_state if loader_state is not None else self.loader.state_dict(),
                 "kl": self.driver_calls.state_dict(),
             })
             writer.save_json(ckpt.PLAN, self.plan.to_dict())  # a resume compares its plan with this one

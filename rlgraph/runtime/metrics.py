@@ -1,6 +1,5 @@
-"""Metrics named as verl names them, written to metrics.jsonl (one object per step) and TensorBoard.
-
-TensorBoard gets them only when the `tensorboard` package is installed; metrics.jsonl always.
+"""Metrics named as verl names them, written to metrics.jsonl (one object per step), always, and to the
+loggers the spec names in `train.loggers` (TensorBoard, wandb, mlflow: rlgraph/runtime/loggers.py).
 """
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ from typing import Any
 import torch
 
 from rlgraph.plan.model import CallPlan
-from rlgraph.runtime.checkpoint import writing
+from rlgraph.runtime.checkpoint import PLAN, writing
+from rlgraph.runtime.loggers import Loggers
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -76,13 +76,14 @@ def batch_metrics(rollout: Any, semantic: dict[str, torch.Tensor]) -> dict[str, 
 
 
 class MetricsWriter:
-    """Appends one JSON object per step to metrics.jsonl; mirrors scalars to TensorBoard if installed.
+    """Appends one JSON object per step to metrics.jsonl; sends its numbers to the spec's loggers too.
 
     Each line is on disk (flushed and fsync'd) when `write` returns: the loop writes a step's line before
     it publishes the step's checkpoint, so a resume from that checkpoint never misses the line, and cuts
     the lines after the checkpoint's step (written, but their checkpoint was not), so none is doubled."""
 
-    def __init__(self, run_dir: Path, keep_up_to_step: int | None) -> None:
+    def __init__(self, run_dir: Path, keep_up_to_step: int | None, loggers: tuple[str, ...] | None = None) -> None:
+        """`loggers`: the spec's `train.loggers`; None reads them from the plan.json the run wrote in `run_dir`."""
         self.path = run_dir / METRICS_FILE
         self.records = read_metrics(self.path)
         # A resumed run rewrites the steps after its checkpoint; a fresh one starts an empty file.
@@ -95,7 +96,7 @@ class MetricsWriter:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
-        self.tensorboard = _tensorboard_writer(run_dir)
+        self.loggers = Loggers(_plan_loggers(run_dir) if loggers is None else loggers, run_dir, keep_up_to_step)
 
     def write(self, record: dict[str, Any]) -> None:
         record = {k: _plain(v) for k, v in record.items()}
@@ -104,16 +105,10 @@ class MetricsWriter:
             f.flush()
             os.fsync(f.fileno())  # ~1 ms a step; what lets the checkpoint after it be published
         self.records.append(record)
-        if self.tensorboard is not None:
-            step = int(record.get("training/global_step", 0))
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "training/global_step":
-                    self.tensorboard.add_scalar(key, value, step)
-            self.tensorboard.flush()
+        self.loggers.log(record)
 
     def close(self) -> None:
-        if self.tensorboard is not None:
-            self.tensorboard.close()
+        self.loggers.close()
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -136,14 +131,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _tensorboard_writer(run_dir: Path) -> Any:
+def _plan_loggers(run_dir: Path) -> tuple[str, ...]:
+    """`train.loggers` of the plan the run wrote before it started (none: a Trainer used without `run`)."""
     try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        return None
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(str(run_dir / "tensorboard"))
+        plan = json.loads((run_dir / PLAN).read_text())
+    except (OSError, ValueError):
+        return ()
+    return tuple(((plan.get("train") or {}).get("loggers")) or ())
 
 
 def plot_curves(records: list[dict[str, Any]], path: Path) -> Path | None:

@@ -16,6 +16,11 @@ from rlgraph.runtime.errors import PreflightError
 from rlgraph.contract.methods import WORKERS
 from rlgraph.runtime.roles import ALIAS, generate_call, worker_specs
 
+# Any one of these makes a folder's tokenizer loadable (tokenizer_config.json alone names a class whose
+# vocabulary files are among the others); tiktoken files end in .tiktoken
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "vocab.txt",
+                   "spiece.model", "sentencepiece.bpe.model")
+
 
 @dataclass
 class Prepared:
@@ -29,8 +34,10 @@ class Prepared:
 
 def preflight(plan: Plan, *, starting_locally: bool) -> Prepared:
     _check_supported(plan, starting_locally)
+    _check_loggers(plan)
     model_paths = _resolve_models(plan)
     rewards = _load_rewards(plan)
+    _check_user_functions(plan)
     tokenizer = _tokenizer(plan, model_paths)
     notes: list[str] = []
     train = _dataset(plan, "train", tokenizer, notes)
@@ -51,8 +58,8 @@ def _check_supported(plan: Plan, starting_locally: bool) -> None:
         if role.kind not in WORKERS:
             raise PreflightError(f"role `{role.name}` is a {role.kind}; this runtime runs {', '.join(WORKERS)} roles.")
     generates = [c for c in plan.calls if c.kind == "role" and c.method == "generate"]
-    if len(generates) != 1:
-        raise PreflightError(f"the step must generate exactly once; it calls generate {len(generates)} times")
+    if not generates:
+        raise PreflightError("the step never generates: it has no `generate` call")
     # A plan.json is run without the compiler's checks: the engine's own capabilities decide.
     from rlgraph.workers.engines import ENGINES, engine_class
 
@@ -62,7 +69,12 @@ def _check_supported(plan: Plan, starting_locally: bool) -> None:
         if role.settings.engine not in ENGINES:
             raise PreflightError(f"role `{role.name}` uses engine = {role.settings.engine}; this runtime implements "
                                  f"{', '.join(sorted(ENGINES))} (code engine-not-implemented)")
-        max_tp = engine_class(role.settings.engine).capabilities.max_tp
+        engine = engine_class(role.settings.engine)
+        try:
+            engine.check_installed()
+        except ImportError as err:
+            raise PreflightError(f"role `{role.name}`: {err}") from None
+        max_tp = engine.capabilities.max_tp
         if role.tp > max_tp:
             raise PreflightError(f"role `{role.name}` has tp = {role.tp}; the {role.settings.engine} engine runs at "
                                  f"most {max_tp} device(s) per replica (code tp-not-implemented)")
@@ -80,6 +92,14 @@ def _check_supported(plan: Plan, starting_locally: bool) -> None:
                 )
             if len({p.nodes for p in plan.pools if p.device == "gpu"} - {1}):
                 raise PreflightError("a local run has one node: give every pool `nodes = 1`, or use --address")
+
+
+def _check_loggers(plan: Plan) -> None:
+    from rlgraph.runtime.loggers import missing_packages
+
+    problems = missing_packages(plan.train.loggers)
+    if problems:
+        raise PreflightError("; ".join(problems))
 
 
 def _model_path_of(plan: Plan, role_name: str) -> str | None:
@@ -106,12 +126,24 @@ def _resolve_models(plan: Plan) -> dict[str, str]:
                 by_path[path] = str(resolve_model_path(path))
             except Exception as err:  # ModelNotFoundError, or a built-in whose build failed
                 raise PreflightError(f"{model} (path = {path!r}): {err}") from None
+            _check_tokenizer_files(model, path, by_path[path])
         resolved[role.name] = by_path[path]
     specs = worker_specs(plan, resolved)
     for name, spec in specs.items():
         if spec.worker != ALIAS and name not in resolved:
             raise PreflightError(f"role `{name}` has no model to load; give it `model = NAME`")
     return resolved
+
+
+def _check_tokenizer_files(model: str, path: str, folder: str) -> None:
+    names = os.listdir(folder)
+    if any(name in TOKENIZER_FILES or name.endswith(".tiktoken") for name in names):
+        return
+    raise PreflightError(
+        f"{model} (path = {path!r}): the folder {folder} has no tokenizer files. Add the tokenizer the model "
+        "was trained with: tokenizer.json (a fast tokenizer) or tokenizer.model (sentencepiece), with its "
+        f"tokenizer_config.json; `tokenizer.save_pretrained({folder!r})` writes them."
+    )
 
 
 def _load_rewards(plan: Plan) -> dict[str, Any]:
@@ -126,10 +158,26 @@ def _load_rewards(plan: Plan) -> dict[str, Any]:
             raise PreflightError(f"reward `{name}` has no settings in the plan (max_invalid_fraction, timeout_s)")
         try:
             rewards[name] = RuleReward(fn, max_invalid_fraction=guards.max_invalid_fraction, timeout_s=guards.timeout_s,
-                                       base_dir=base_dir, batched=guards.batched)
+                                       base_dir=base_dir, batched=guards.batched, workers=guards.workers)
         except RewardFunctionError as err:
             raise PreflightError(f"reward `{name}`: {err}") from None
     return rewards
+
+
+def _check_user_functions(plan: Plan) -> None:
+    """Each transform and loss the spec declares imports, and takes what it is declared to take."""
+    from rlgraph.contract.settings import UserFunctionSettings
+    from rlgraph.workers.user_functions import UserFunctionError, check_loss, check_transform, load_user_function
+
+    for call in plan.calls:
+        try:
+            if isinstance(call.settings, UserFunctionSettings):
+                check_transform(load_user_function(call.settings, "transform"), call.settings)
+            elif getattr(call.settings, "user_loss", None) is not None:
+                loss = call.settings.user_loss
+                check_loss(load_user_function(loss, "loss"), loss, rollout_is=call.settings.tis != "off")
+        except UserFunctionError as err:
+            raise PreflightError(str(err)) from None
 
 
 def _tokenizer(plan: Plan, model_paths: dict[str, str]) -> Any:
@@ -141,7 +189,11 @@ def _tokenizer(plan: Plan, model_paths: dict[str, str]) -> Any:
     try:
         return AutoTokenizer.from_pretrained(path)
     except Exception as err:
-        raise PreflightError(f"the tokenizer of role `{role}` does not load from {path}: {type(err).__name__}: {err}") from None
+        hint = ""
+        if "sentencepiece" in str(err) or "tiktoken" in str(err):
+            hint = " Install the run extra, which has both: pip install 'rlgraph[run]'"
+        raise PreflightError(f"the tokenizer of role `{role}` does not load from {path}: {type(err).__name__}: "
+                             f"{err}{hint}") from None
 
 
 def _dataset(plan: Plan, split: str, tokenizer: Any, notes: list[str]) -> Any:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rlgraph.runtime.errors import CheckpointError, WorkerError
-from rlgraph.runtime.roles import ALIAS, WorkerSpec
+from rlgraph.runtime.roles import ALIAS, BASE, WorkerSpec
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class DeviceProcess:
             self.placement = _ray_placement()
         except Exception:  # not under Ray (a unit test): the node index is enough
             pass
-        ordered = sorted(self.hosted.values(), key=lambda h: h.spec.worker == ALIAS)
+        ordered = sorted(self.hosted.values(), key=lambda h: h.spec.alias_of is not None)
         for hosted in ordered:
             with self._reporting(hosted.spec.role, "building its worker"):
                 self.workers[hosted.spec.role] = self._build(hosted.spec)
@@ -75,6 +75,9 @@ class DeviceProcess:
         if spec.worker == ALIAS:
             return self.workers[spec.alias_of]
         import rlgraph.workers as workers
+
+        if spec.worker == BASE:  # the LoRA actor's module with its adapters off
+            return workers.BasePolicy(self.workers[spec.alias_of])
 
         cls = {"policy": workers.PolicyWorker, "critic": workers.CriticWorker,
                "reward_model": workers.RewardModelWorker, "rollout": workers.RolloutWorker}[spec.worker]
@@ -126,8 +129,10 @@ class DeviceProcess:
                                "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local_rank)})
             store = dist.TCPStore(master_addr, master_port, world_size, is_master=rank == 0,
                                   timeout=datetime.timedelta(seconds=rendezvous_timeout_s))
-            dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                                    timeout=datetime.timedelta(seconds=collective_timeout_s))
+            # on GPUs a gloo backend for CPU tensors beside nccl: FSDP2's CPU offload (param_offload) reduces
+            # the gradient norm, gathers for weight sync and checkpoints on host-resident shards
+            dist.init_process_group("cpu:gloo,cuda:nccl" if backend == "nccl" else backend, store=store, rank=rank,
+                                    world_size=world_size, timeout=datetime.timedelta(seconds=collective_timeout_s))
 
     def shard(self) -> list[str]:
         """Shard the models of the hosted roles with strategy = fsdp over the group just joined; their names."""
@@ -135,7 +140,7 @@ class DeviceProcess:
 
         sharded = []
         for role, worker in self.workers.items():
-            if self.hosted[role].spec.worker != ALIAS and fsdp.will_shard(self.hosted[role].spec.strategy):
+            if self.hosted[role].spec.alias_of is None and fsdp.will_shard(self.hosted[role].spec.strategy):
                 with self._reporting(role, "sharding its model (strategy = fsdp)"):
                     worker.shard()
                     sharded.append(role)
@@ -149,6 +154,7 @@ class DeviceProcess:
         if not (dist.is_available() and dist.is_initialized()):
             return {}
         backend = dist.get_backend()
+        backend = "nccl" if "nccl" in backend else backend  # `cpu:gloo,cuda:nccl` on GPUs: the devices' backend
         timeout_s = None
         with contextlib.suppress(Exception):  # torch keeps a group's timeout in private fields
             group = dist.distributed_c10d._get_default_group()
@@ -210,14 +216,17 @@ class DeviceProcess:
             return weight_sync.send_weights(self.workers[role].module, send, cap=bucket_bytes or weight_sync.BUCKET_BYTES,
                                             device=weight_sync.transport_device(backend))
 
-    def receive_weights(self, role: str, edge: str) -> int:
-        """Load the weights streamed over `edge` into `role`'s rollout, bucket by bucket; bytes received."""
+    def receive_weights(self, role: str, edge: str) -> float:
+        """Load the weights streamed over `edge` into `role`'s rollout, bucket by bucket; the seconds it took,
+        from the call's start: the wait for the sender (its update, in asynchronous training) and the transfer."""
         from rlgraph.workers import weight_sync
 
+        start = time.perf_counter()
         with self._reporting(role, f"receiving weights over `{edge}`"):
             group, backend = self.sync_groups[edge]
-            return weight_sync.receive_weights(weight_sync.broadcaster(group), self.workers[role].load_weights,
-                                               device=weight_sync.transport_device(backend))
+            weight_sync.receive_weights(weight_sync.broadcaster(group), self.workers[role].load_weights,
+                                        device=weight_sync.transport_device(backend))
+        return time.perf_counter() - start
 
     # --- the whole step in this process (every role of the plan lives here: rlgraph/runtime/step.py) ---
 

@@ -11,6 +11,8 @@ role-method table (rlgraph/contract/methods.py `WORKERS`):
     rollout      -> the policy in its own process when it shares one with the role that syncs into it
                     (the hybrid engine: it generates with that module in place), else a RolloutWorker
                     with its own weights and engine, refreshed by the weight sync
+    ref          -> the LoRA actor's module with its adapters off (a `BasePolicy`), when the ref holds the
+                    actor's model in the actor's processes: no second copy of the weights
 """
 
 from __future__ import annotations
@@ -19,9 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlgraph.contract.methods import WORKERS
+from rlgraph.contract.rollouts import trained_generate
 from rlgraph.plan.model import CallPlan, Plan, RolePlan
 
 ALIAS = "alias"  # a rollout that generates with `alias_of`'s module in place
+# Engines that can generate with a trainer's module in place; any other loads a copy of its own, even colocated
+IN_PLACE_ENGINES = ("hf",)
+BASE = "base"  # a ref that scores with the module of `alias_of` (a LoRA actor) with its adapters off
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,8 @@ class WorkerSpec:
 
 
 def generate_call(plan: Plan) -> CallPlan | None:
-    return next((c for c in plan.calls if c.kind == "role" and c.method == "generate"), None)
+    """The step's trained generate call (rlgraph/contract/rollouts.py): the one validation samples like."""
+    return trained_generate(plan.calls)
 
 
 def sync_source(plan: Plan, rollout: str) -> str | None:
@@ -60,6 +67,11 @@ def worker_specs(plan: Plan, model_paths: dict[str, str]) -> dict[str, WorkerSpe
         if host is not None:
             specs[role.name] = WorkerSpec(role.name, role.kind, ALIAS, alias_of=host)
             continue
+        base_of = lora_base_of(plan, role, processes_of) if role.kind == "ref" else None
+        if base_of is not None:
+            specs[role.name] = WorkerSpec(role.name, role.kind, BASE, model_paths.get(role.name), role.settings,
+                                          alias_of=base_of)
+            continue
         specs[role.name] = WorkerSpec(role.name, role.kind, WORKERS[role.kind], model_paths.get(role.name),
                                       role.settings, plan.train.seed + 1000 * index,
                                       deterministic=plan.train.deterministic)
@@ -73,9 +85,20 @@ def sharded_roles(plan: Plan, specs: dict[str, WorkerSpec]) -> set[str]:
     return sharded | {name for name, spec in specs.items() if spec.worker == ALIAS and spec.alias_of in sharded}
 
 
+def lora_base_of(plan: Plan, ref: RolePlan, processes_of: dict[str, set[str]]) -> str | None:
+    """The LoRA actor whose base is `ref`: same model, and every ref replica in a process of the actor."""
+    for actor in plan.roles:
+        if (actor.kind == "actor" and getattr(actor.settings, "lora", None) is not None and actor.model == ref.model
+                and actor.model is not None and processes_of[ref.name] <= processes_of[actor.name]):
+            return actor.name
+    return None
+
+
 def _colocated_policy(plan: Plan, rollout: RolePlan, processes_of: dict[str, set[str]]) -> str | None:
     """The policy role whose module a rollout can generate with in place: the role that syncs into it
     (else the actor) when every rollout replica shares a process with a replica of it."""
+    if rollout.settings.engine not in IN_PLACE_ENGINES:
+        return None
     candidates = [sync_source(plan, rollout.name)] + [r.name for r in plan.roles if r.kind == "actor"]
     for name in candidates:
         if name and processes_of.get(name) and processes_of[rollout.name] <= processes_of[name]:

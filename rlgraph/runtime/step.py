@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rlgraph.contract.methods import RoleMethod, role_method
+from rlgraph.contract.rollouts import filter_call, trained_generate
 from rlgraph.plan.model import CallPlan, Plan
 from rlgraph.runtime.metrics import batch_metrics, timing_name
 
@@ -45,6 +46,12 @@ def step_samples(rollout: Any, semantic: dict[str, Any], step: int,
     return samples
 
 
+def staleness_metrics(rollout: Any, step: int) -> dict[str, float]:
+    """How many updates the weights that sampled step `step`'s rows lag behind those it trains (0: synchronous)."""
+    lag = (step - 1 - rollout.policy_version).float()
+    return {"async/staleness_mean": lag.mean().item(), "async/staleness_max": lag.max().item()}
+
+
 def derive_seed(seed: int, step: int, purpose: str) -> int:
     """A seed for one purpose at one step: the same on every machine and on every resume."""
     digest = hashlib.sha256(f"rlgraph:{seed}:{step}:{purpose}".encode()).digest()
@@ -52,15 +59,44 @@ def derive_seed(seed: int, step: int, purpose: str) -> int:
 
 
 def step_arguments(entry: RoleMethod, call: CallPlan, seed: int, step: int, replica: int = 0,
-                   rows_per_replica: int = 0) -> dict[str, Any]:
-    """The per-step keyword arguments of a role call (its settings, seeds, offsets), for one replica."""
+                   rows_per_replica: int = 0, version: int | None = None, stream: str = "") -> dict[str, Any]:
+    """The per-step keyword arguments of a role call (its settings, seeds, offsets), for one replica.
+    `version`: the updates made to the weights a generate samples with (default step - 1: synchronous).
+    `stream`: which of the step's generations this is (`generate_stream`), so each samples with its own seed."""
     made = {
-        "seed": lambda: derive_seed(seed, step, f"generate/{replica}"),
+        "seed": lambda: derive_seed(seed, step, f"generate{stream}/{replica}"),
         "uid_offset": lambda: replica * rows_per_replica,
-        "policy_version": lambda: step - 1,  # the weights that sample have had step - 1 updates
+        "policy_version": lambda: step - 1 if version is None else version,
         "shuffle_seed": lambda: derive_seed(seed, step, f"update/{call.target}"),
     }
     return {"settings": call.settings, **{name: made[name]() for name in entry.step_args}}
+
+
+def generate_stream(call: CallPlan, trained: CallPlan, round_: int = 1) -> str:
+    """The seed stream of a generate call: "" for the trained generate's first round (the seeds a step with one
+    generate always had), its call id for a second generate call, and the round for a refill (filter_groups)."""
+    return ("" if call.id == trained.id else f"/{call.id}") + (f"/round{round_}" if round_ > 1 else "")
+
+
+def side_reward(call: CallPlan, responses_field: str) -> bool:
+    """A reward on the responses of a second generate call (ReMax's greedy answers), not the trained ones."""
+    return call.kind == "reward" and dict(call.inputs).get("responses", responses_field) != responses_field
+
+
+def record_driver_call(call: CallPlan, inputs: dict[str, Any], outputs: dict[str, Any], semantic: dict[str, Any],
+                       responses_field: str) -> dict[str, float]:
+    """Keep a reward's or transform's tensors that the batch metrics read, by what they mean; returns the metrics
+    of a reward on a second generate call (its mean score, `critic/<field>/mean`), which the batch metrics,
+    about the trained rollout, leave out."""
+    if side_reward(call, responses_field):
+        return {f"critic/{name}/mean": outputs[port].sum(-1).float().mean().item() for port, name in call.outputs}
+    for port, name in call.outputs:
+        if port in SEMANTIC_PORTS:
+            semantic[port] = outputs[port]
+    for port, name in call.inputs:
+        if port in SEMANTIC_PORTS:
+            semantic.setdefault(port, inputs[port])
+    return {}
 
 
 def role_entry(call: CallPlan) -> RoleMethod:
@@ -95,8 +131,10 @@ class LocalStep:
     def __init__(self, plan: Plan, call: Callable[..., tuple[Any, float]], driver_calls: Any) -> None:
         self.plan, self.call, self.driver_calls = plan, call, driver_calls
         self.seed = plan.train.seed
-        generate = next(c for c in plan.calls if c.kind == "role" and c.method == "generate")
-        self.responses = generate.outputs[0][1]
+        self.trained = trained_generate(plan.calls)  # the rollout every other role call reads
+        if filter_call(plan.calls) is not None:
+            raise ValueError("a step with filter_groups draws more prompts while it runs: the driver runs it")
+        self.responses = self.trained.outputs[0][1]
         self.stages = [[plan.call(call_id) for call_id in stage.calls] for stage in plan.schedule]
 
     def run(self, step: int, prompts: list[dict[str, Any]], kl_state: dict[str, float]) -> tuple[StepResult, dict]:
@@ -115,6 +153,7 @@ class LocalStep:
             result.stages.append(time.perf_counter() - stage_start)
         rollout = values[self.responses]
         result.metrics.update(batch_metrics(rollout, semantic))
+        result.metrics.update(staleness_metrics(rollout, step))
         result.metrics["perf/total_num_tokens"] = int(rollout.attention_mask.sum())
         if wants_samples(self.plan, step):
             result.samples = step_samples(rollout, semantic, step)
@@ -125,7 +164,8 @@ class LocalStep:
         ports = dict(call.inputs)
         if entry.dispatch == "each":  # generate, by the one replica
             args = [values[ports["prompts"]]]
-            kwargs = step_arguments(entry, call, self.seed, step, 0, len(args[0]))
+            kwargs = step_arguments(entry, call, self.seed, step, 0, len(args[0]),
+                                    stream=generate_stream(call, self.trained))
         else:
             args = [values[self.responses]] + [values[ports[p.name]] for p in entry.token_inputs if ports.get(p.name)]
             kwargs = step_arguments(entry, call, self.seed, step)
@@ -147,8 +187,4 @@ class LocalStep:
         result.metrics.update(metrics)
         for port, name in call.outputs:
             values[name] = outputs[port]
-            if port in SEMANTIC_PORTS:
-                semantic[port] = outputs[port]
-        for port, name in call.inputs:
-            if port in SEMANTIC_PORTS:
-                semantic.setdefault(port, inputs[port])
+        result.metrics.update(record_driver_call(call, inputs, outputs, semantic, self.responses))

@@ -8,18 +8,35 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import traceback
 from typing import Any
 
 import torch
 
 from rlgraph.algos import AdaptiveKLController, FixedKLController, apply_kl_penalty, get_advantage_estimator
+from rlgraph.algos.shaping import overlong_penalty
+from rlgraph.contract.settings import UserFunctionSettings
 from rlgraph.plan.model import CallPlan, Plan
 from rlgraph.runtime.errors import RunError
 from rlgraph.workers import RewardFunctionError, Rollout, RuleReward
 from rlgraph.workers.reward import RewardScores
+from rlgraph.workers.user_functions import UserFunctionError, describe, load_user_function, transform_arguments
 
 # port name of a transform's input -> the estimator's parameter name
-_ESTIMATOR_ARGS = {"rewards": "token_level_rewards", "values": "values"}
+_ESTIMATOR_ARGS = {"rewards": "token_level_rewards", "values": "values", "baselines": "reward_baselines"}
+
+
+def prompt_baselines(baseline_scores: torch.Tensor, uid: list[int]) -> torch.Tensor:
+    """(batch,) the baseline of each row of the trained rollout: the mean sequence score of its prompt's rows in
+    a second generate call (ReMax: the one greedy answer). That call's rows are its prompts in order, n rows
+    each (rlgraph/workers/rollout.py), and a row's uid is its prompt's index in the step, in both calls."""
+    per_row = baseline_scores.sum(-1).float()  # (prompts x n_baseline,)
+    prompts = len(set(uid))
+    if prompts == 0 or len(per_row) % prompts:
+        raise RunError(f"the baseline has {len(per_row)} rows, which is not a whole number per prompt for the "
+                       f"{prompts} prompts of the step")
+    per_prompt = per_row.view(prompts, -1).mean(-1)  # (prompts,)
+    return per_prompt[torch.as_tensor(uid, dtype=torch.long)]
 
 
 def scored(name: str, reward: RuleReward, rollout: Rollout, when: str) -> RewardScores:
@@ -47,7 +64,13 @@ class DriverCalls:
         # both step paths hand every call of one step.
         self.unscored: tuple[Rollout, torch.Tensor] | None = None
         self.kl_controllers: dict[str, FixedKLController | AdaptiveKLController] = {}
+        self.user_transforms: dict[str, Any] = {}  # call id -> the function of a transform the spec declares
         for call in plan.calls:
+            if isinstance(call.settings, UserFunctionSettings):
+                try:
+                    self.user_transforms[call.id] = load_user_function(call.settings, "transform")
+                except UserFunctionError as err:
+                    raise RunError(str(err)) from None
             if call.kind == "transform" and call.target == "kl_penalty":
                 kl = call.settings  # KlPenaltySettings
                 self.kl_controllers[call.id] = (
@@ -59,15 +82,20 @@ class DriverCalls:
         """(outputs by port name, metrics) of one reward or transform call; `inputs` are by port name."""
         if call.kind == "reward":
             reward = self.rewards[call.target]
-            result = scored(call.target, reward, rollout, when)
-            unscored = ~result.valid
-            if self.unscored is not None and self.unscored[0] is rollout:  # a second reward of the step
-                unscored |= self.unscored[1]
-            self.unscored = (rollout, unscored)
+            # the responses it scores: the trained rollout's, or a second generate's (ReMax's greedy answers)
+            responses = inputs.get("responses", rollout)
+            result = scored(call.target, reward, responses, when)
+            if responses is rollout:  # a second generate's unscored rows only score 0 (a baseline of 0)
+                unscored = ~result.valid
+                if self.unscored is not None and self.unscored[0] is rollout:  # a second reward of the step
+                    unscored |= self.unscored[1]
+                self.unscored = (rollout, unscored)
             # with no share allowed an unscored row is an error, so the count would always read 0
             metrics = {f"reward/{call.target}/invalid": result.num_invalid} if reward.max_invalid_fraction else {}
             metrics.update({f"reward/{call.target}/{key}": value for key, value in result.extras.items()})
             return {"scores": result.token_level_scores}, metrics
+        if call.id in self.user_transforms:
+            return self._user_transform(call, inputs, rollout, when)
         if call.target == "kl_penalty":
             controller = self.kl_controllers[call.id]
             rewards, metrics = apply_kl_penalty(
@@ -76,6 +104,12 @@ class DriverCalls:
             )
             controller.update(metrics["actor/reward_kl_penalty"], n_steps=len(rollout))
             return {"rewards": rewards}, metrics
+        if call.target == "overlong_penalty":
+            shaping = call.settings  # OverlongPenaltySettings
+            rewards, penalty = overlong_penalty(inputs["scores"], rollout.loss_mask.sum(-1), rollout.reward_index,
+                                                shaping.max_new_tokens, shaping.buffer, shaping.penalty_factor)
+            return {"rewards": rewards}, {"reward/overlong_penalty/mean": penalty.mean().item(),
+                                          "reward/overlong_fraction": (penalty < 0).float().mean().item()}
         return self._estimator(call, inputs, rollout), {}
 
     def _estimator(self, call: CallPlan, inputs: dict[str, Any], rollout: Rollout) -> dict[str, torch.Tensor]:
@@ -88,6 +122,8 @@ class DriverCalls:
         The row stays in the batch (the rollout went to the workers before the reward finished): it still
         counts in a token-mean's denominator and in the KL and entropy terms, which use no score.
         """
+        if "baselines" in inputs:  # one baseline value per row, from its prompt's rows of the second generate
+            inputs = {**inputs, "baselines": prompt_baselines(inputs["baselines"], rollout.uid)}
         unscored = self.unscored[1] if self.unscored is not None and self.unscored[0] is rollout else None
         if unscored is None or not unscored.any():
             return self._estimate(call, inputs, rollout)
@@ -113,6 +149,24 @@ class DriverCalls:
         advantages, returns = estimator(**args)
         return {"advantages": advantages.float(), "returns": returns.float()}
 
+    def _user_transform(self, call: CallPlan, inputs: dict[str, Any], rollout: Rollout,
+                        when: str) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """A declared transform: fn(<inputs> by their declared names, <args>, and the batch's response_mask,
+        index (each row's prompt uid) and rollout where it names them). Every row is passed, scored or not (a
+        row without a usable score holds 0)."""
+        settings: UserFunctionSettings = call.settings
+        fn = self.user_transforms[call.id]
+        batch = {"response_mask": rollout.loss_mask, "index": rollout.uid, "rollout": rollout}
+        kwargs = {**{name: inputs[name] for name in settings.inputs}, **settings.args,
+                  **{name: batch[name] for name in transform_arguments(fn)}}
+        try:
+            returned = fn(**kwargs)
+        except Exception as err:
+            frame = traceback.extract_tb(err.__traceback__)[-1]
+            raise RunError(f"{describe(settings, 'transform')} raised {type(err).__name__}: {err} in {when}, at "
+                           f"{frame.filename}:{frame.lineno}") from None
+        return user_transform_outputs(returned, settings, rollout, when)
+
     # --- checkpoint state: the adaptive KL coefficient moves ---
 
     def state_dict(self) -> dict[str, float]:
@@ -123,3 +177,45 @@ class DriverCalls:
             controller = self.kl_controllers.get(call_id)
             if isinstance(controller, AdaptiveKLController):
                 controller.value = value
+
+
+def user_transform_outputs(returned: Any, settings: UserFunctionSettings, rollout: Rollout,
+                           when: str) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """(outputs by declared name, metrics) from what a declared transform returned: a tensor (one output), a
+    tuple or list in the declared order, or a dict by name whose other numeric keys are metrics. Each output
+    must be a (batch, response_len) tensor, finite on the tokens trained on; else a RunError saying so."""
+    name, declared = describe(settings, "transform"), settings.outputs
+    expected = " or ".join((["a tensor"] if len(declared) == 1 else []) +
+                           [f"a tuple of {len(declared)} tensors ({', '.join(declared)})", "a dict with those keys"])
+    metrics: dict[str, float] = {}
+    if isinstance(returned, torch.Tensor):
+        values = [returned]
+    elif isinstance(returned, (tuple, list)):
+        values = list(returned)
+    elif isinstance(returned, dict):
+        missing = [key for key in declared if key not in returned]
+        if missing:
+            raise RunError(f"{name} returned a dict without {', '.join(map(repr, missing))} in {when}; it "
+                           f"declares outputs = [{', '.join(declared)}]")
+        values = [returned[key] for key in declared]
+        metrics = {f"transform/{settings.name}/{key}": float(value) for key, value in returned.items()
+                   if key not in declared and isinstance(value, (int, float, torch.Tensor)) and
+                   (not isinstance(value, torch.Tensor) or value.numel() == 1)}
+    else:
+        raise RunError(f"{name} returned a {type(returned).__name__} in {when}; expected {expected}")
+    if len(values) != len(declared):
+        raise RunError(f"{name} returned {len(values)} values in {when}; it declares {len(declared)} outputs "
+                       f"({', '.join(declared)}): return {expected}")
+    shape = tuple(rollout.responses.shape)
+    outputs = {}
+    for key, value in zip(declared, values):
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
+            got = f"shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
+            raise RunError(f"{name} returned `{key}` as {got} in {when}; an output is a tensor of shape (batch, "
+                           f"response_len) = {shape}: one value per response token (an outcome value on every "
+                           "token of its row, or only on the last)")
+        value = value.detach().float().cpu()
+        if not torch.isfinite(value[rollout.loss_mask.bool().cpu()]).all():
+            raise RunError(f"{name} returned `{key}` with NaN or inf on trained tokens in {when}")
+        outputs[key] = value
+    return outputs, metrics

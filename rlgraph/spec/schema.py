@@ -151,6 +151,64 @@ class ListOf:
         return [self.item.convert(item) for item in node.items]
 
 
+@dataclass(frozen=True)
+class Names:
+    """A string, or a list of strings (peft's `target_modules`: "all-linear" or ["q_proj", "v_proj"])."""
+
+    describe: str = "a string or a list of strings"
+
+    def convert(self, node: ast.Value) -> str | list[str]:
+        if isinstance(node, ast.String):
+            return node.value
+        if isinstance(node, ast.List) and node.items and all(isinstance(i, ast.String) for i in node.items):
+            return [item.value for item in node.items]
+        raise TypeMismatch(f"expected {self.describe} such as \"all-linear\" or [\"q_proj\", \"v_proj\"]")
+
+
+@dataclass(frozen=True)
+class FieldNames:
+    """A list of bare names, each once: the fields a user transform takes or produces (`[scores, values]`)."""
+
+    describe: str = "a list of bare names such as [scores, values]"
+
+    def convert(self, node: ast.Value) -> list[str]:
+        if not isinstance(node, ast.List) or not node.items or not all(isinstance(i, ast.Ident) for i in node.items):
+            raise TypeMismatch(f"expected {self.describe} (at least one, no quotes)")
+        names = [item.value for item in node.items]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise TypeMismatch(f"expected each name once; {', '.join(f'`{n}`' for n in twice)} is there twice")
+        return names
+
+
+def plain_value(node: ast.Value):
+    """A value as Python, whatever its type: `0.5`, `"text"`, `true`, a bare name as a string, lists of those.
+    Raises TypeMismatch on a number with a unit (a user function gets plain numbers)."""
+    if isinstance(node, ast.List):
+        return [plain_value(item) for item in node.items]
+    if isinstance(node, ast.Number) and node.unit:
+        raise TypeMismatch(f"expected a plain number, not {node.text}")
+    return node.value
+
+
+@dataclass(frozen=True)
+class Like:
+    """A value of the same type as `default`: a call overriding a user function's declared argument."""
+
+    default: Any
+
+    def convert(self, node: ast.Value):
+        value = plain_value(node)
+        if _plain_type(value) != _plain_type(self.default):
+            raise TypeMismatch(f"expected {_plain_type(self.default)}, as declared (default {self.default!r})")
+        return value
+
+
+def _plain_type(value: Any) -> str:
+    return ("`true` or `false`" if isinstance(value, bool) else "a number" if isinstance(value, (int, float))
+            else "a list" if isinstance(value, list) else "a string or a bare name")
+
+
 # ---- keys and blocks -----------------------------------------------------------------
 
 
@@ -168,6 +226,7 @@ class BlockSchema:
     keys: dict[str, Key]
     named: bool = True
     blocks: dict[str, "BlockSchema"] = field(default_factory=dict)  # nested blocks, e.g. optim
+    open: bool = False  # any key, any value (`plain_value`): the arguments of a user function
 
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -182,6 +241,20 @@ OPTIM = BlockSchema("the optimizer (AdamW) of a trained role", named=False, keys
     "grad_clip": Key(Float(min=0.0), "clip the global gradient norm to this (0 = off)", 1.0),
 })
 
+LORA = BlockSchema("LoRA adapters on the actor (peft): only the adapters train, the base weights stay frozen; "
+                   "a reference policy on the actor's model and devices is the base with the adapters off (no "
+                   "second copy)", named=False, keys={
+    "rank": Key(Int(min=0, max=4096), "rank of each adapter; 0 = off, full fine-tuning "
+                "(verl: actor_rollout_ref.model.lora_rank)", 0),
+    "alpha": Key(Float(min=0.0), "scaling: the adapter's output is multiplied by alpha / rank "
+                 "(verl: actor_rollout_ref.model.lora_alpha)", 16.0),
+    "dropout": Key(Float(0.0, 1.0), "dropout on the adapters' input during updates (scoring and generation "
+                   "run without it)", 0.0),
+    "target_modules": Key(Names(), "the linear layers that get adapters: \"all-linear\" (every linear layer but "
+                          "the output head) or names such as [\"q_proj\", \"v_proj\"] "
+                          "(verl: actor_rollout_ref.model.target_modules)", "all-linear"),
+})
+
 _PLACEMENT = {
     "pool": Key(Ref("pool"), "the pool whose devices this role occupies"),
     "replicas": Key(Int(min=1, max=MAX_REPLICAS), "data-parallel replicas, one device each (times tp)", 1),
@@ -194,8 +267,21 @@ _TRAINED = {
     "dtype": Key(Choice(DTYPES), "compute dtype; bf16 trains in mixed precision (fp32 master weights, gradients "
                  "and AdamW state); fp16 cannot train (no loss scaling)", "fp32"),
     "micro_batch": Key(Int(min=1, max=MAX_BATCH), "samples per device per forward pass (gradient accumulation)"),
+    "micro_batch_tokens": Key(Int(min=1), "token budget per device per forward pass, instead of micro_batch: rows "
+                              "sorted by length fill each micro-batch up to rows x its longest row (prompt + "
+                              "response) <= this, and each pass is cut to its longest row, so padding is not "
+                              "computed (verl's use_dynamic_bsz with ppo_max_token_len_per_gpu, "
+                              "log_prob_max_token_len_per_gpu, forward_max_token_len_per_gpu)"),
     "gradient_checkpointing": Key(Bool(), "recompute each transformer block's activations in backward instead of "
                                   "keeping them: less memory, about a third more compute", False),
+    "param_offload": Key(Bool(), "keep the parameters, gradients and AdamW state in host memory; the optimizer "
+                         "step runs on the CPU and each block's shards are copied in when it runs (FSDP2's "
+                         "CPUOffloadPolicy; needs strategy = fsdp over 2 or more replicas; verl: "
+                         "actor_rollout_ref.actor.fsdp_config.offload_policy; verl's fsdp_config.param_offload "
+                         "instead moves the shards in and out around each call)", False),
+    "optimizer_offload": Key(Bool(), "keep AdamW's moments in host memory between optimizer steps; moved to the "
+                             "device for each step (verl: actor_rollout_ref.actor.fsdp_config.optimizer_offload, "
+                             "critic.model.fsdp_config.optimizer_offload)", False),
 }
 
 # Keys each role kind accepts. The block keyword is always `role`; `kind` picks
@@ -206,13 +292,20 @@ ROLE_KEYS: dict[str, dict[str, Key]] = {
     "critic": {**_MODEL, **_PLACEMENT, **_TRAINED,
                "head": Key(Choice(("value",)), "the head put on the backbone", "value")},
     "ref": {**_MODEL, **_PLACEMENT,
-            "dtype": _FROZEN_DTYPE, "micro_batch": _TRAINED["micro_batch"]},
+            "dtype": _FROZEN_DTYPE, "micro_batch": _TRAINED["micro_batch"],
+            "micro_batch_tokens": _TRAINED["micro_batch_tokens"],
+            "param_offload": Key(Bool(), "keep the weights in host memory and move them to the device for "
+                                 "each log_prob call (sharded with an fsdp actor: FSDP2's "
+                                 "CPUOffloadPolicy; verl: actor_rollout_ref.ref.fsdp_config.param_offload)",
+                                 False)},
     "reward_model": {**_MODEL, **_PLACEMENT,
                      "dtype": _FROZEN_DTYPE, "micro_batch": _TRAINED["micro_batch"],
+                     "micro_batch_tokens": _TRAINED["micro_batch_tokens"],
                      "retokenize": Key(Bool(), "decode the responses and tokenize the text with the reward "
                                        "model's own tokenizer (a reward model of another model family)", False)},
     "rollout": {**_MODEL, **_PLACEMENT,
-                "engine": Key(Choice(("hf", "sglang")), "generation engine: hf (CPU/GPU) or sglang (GPU)", "hf"),
+                "engine": Key(Choice(("hf", "sglang", "vllm")), "generation engine: hf (CPU/GPU) or sglang (GPU); "
+                              "vllm is planned and checked but not run (verl: actor_rollout_ref.rollout.name)", "hf"),
                 "n": Key(Int(min=1, max=4096), "samples per prompt", 1),
                 "temperature": Key(Float(min=0.0), "sampling temperature (0 = greedy)", 1.0),
                 "top_p": Key(Float(0.0, 1.0, min_exclusive=True), "nucleus sampling mass, in (0, 1]", 1.0),
@@ -225,6 +318,8 @@ ROLE_KEYS: dict[str, dict[str, Key]] = {
 _ALL_ROLE_KEYS = {"kind": Key(Choice(ROLE_KINDS), "the role's kind; defaults to its name")}
 for _keys in ROLE_KEYS.values():
     _ALL_ROLE_KEYS.update(_keys)
+
+LOGGERS = ("console", "tensorboard", "wandb", "mlflow")  # rlgraph/runtime/loggers.py writes to each
 
 BLOCKS: dict[str, BlockSchema] = {
     "model": BlockSchema("a model: weights on disk or built in", keys={
@@ -243,7 +338,7 @@ BLOCKS: dict[str, BlockSchema] = {
         "memory": Key(Bytes(), "memory of one device, e.g. 80GiB"),
     }),
     "role": BlockSchema("a role in training: actor, rollout, ref, critic or reward_model", keys=_ALL_ROLE_KEYS,
-                        blocks={"optim": OPTIM}),
+                        blocks={"optim": OPTIM, "lora": LORA}),
     "reward": BlockSchema("a rule reward: a Python function `module:function` or `path/to/file.py:function`", keys={
         "fn": Key(Str(), "`module:function` or `file.py:function` (a relative path and a module are looked for in the "
                   "spec's folder too) with signature (data_source, solution_str, ground_truth, extra_info), "
@@ -256,7 +351,28 @@ BLOCKS: dict[str, BlockSchema] = {
         "batched": Key(Bool(), "the function takes the batch as lists (data_sources, solution_strs, ground_truths, "
                        "extra_infos) and returns a list of scores, in one call per batch (timeout_s is for that call)",
                        False),
+        "workers": Key(Int(min=1, max=256), "processes that score a batch's rows at the same time, each row with "
+                       "its own timeout_s (a batched function uses one; verl: reward_model.num_workers)", 4),
     }),
+    "transform": BlockSchema("a user transform, called in the step like a built-in one (`scores -> NAME -> "
+                             "advantages`) and run where the built-ins run; its keyword arguments and their defaults "
+                             "go in `args { key = value ... }`, which a call may override: `NAME(key = value)` "
+                             "(docs/algorithms.md)", keys={
+        "fn": Key(Str(), "`module:function` or `file.py:function` (looked for as a reward's `fn` is), called as "
+                  "fn(<inputs> by name, <args>, and response_mask, index, rollout if it names them), returning a "
+                  "tensor (batch, response_len), or a tuple or dict of one per output", required=True),
+        "inputs": Key(FieldNames(), "the per-token fields it takes, in the order a call names them; each is a "
+                      "keyword argument of fn", required=True),
+        "outputs": Key(FieldNames(), "the per-token fields it returns, in the order a call names them "
+                       "(`advantages` first makes it an advantage estimator)", required=True),
+    }, blocks={"args": BlockSchema("keyword arguments of fn and their defaults; a call may override them: "
+                                   "`NAME(key = value)`", keys={}, named=False, open=True)}),
+    "loss": BlockSchema("a user policy loss, used as `actor.update(policy_loss = NAME)`; its keyword arguments go "
+                        "in `args { key = value ... }` (docs/algorithms.md)", keys={
+        "fn": Key(Str(), "`module:function` or `file.py:function`, called in the actor's process as the built-in "
+                  "losses are: fn(old_log_prob, log_prob, advantages, response_mask, clip_low=, clip_high=, agg=, "
+                  "<args>) -> (loss, metrics)", required=True),
+    }, blocks={"args": BlockSchema("keyword arguments of fn", keys={}, named=False, open=True)}),
     "data": BlockSchema("the prompts", named=False, keys={
         "train": Key(Str(), "training prompts: parquet/jsonl path or `builtin:arith/train`", required=True),
         "val": Key(Str(), "validation prompts"),
@@ -279,5 +395,12 @@ BLOCKS: dict[str, BlockSchema] = {
                              "(slower; CPU runs always are)", False),
         "samples_every": Key(Int(min=0), "every k steps, write a few of the step's prompts, responses, scores and "
                              "advantages to samples.jsonl and show one on the console (0 = never)", 10),
+        "staleness": Key(Int(min=0), "asynchronous training: how many policy versions a sample may lag behind the "
+                         "update that trains on it; the rollout generates the next batches while the actor trains "
+                         "(needs a rollout on devices of its own; verl: async_training.staleness_threshold, "
+                         "one-step off-policy = 1). 0 = synchronous", 0),
+        "loggers": Key(ListOf(Choice(LOGGERS)), "where each step's metrics go besides metrics.jsonl (always "
+                       "written): console (the progress bar), tensorboard (run dir/tensorboard), wandb, mlflow "
+                       "(verl: trainer.logger)", ["console"]),
     }),
 }

@@ -8,7 +8,7 @@ from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.spec import ast
 from rlgraph.spec.loader import Loaded
 from rlgraph.spec.program import Decl, Program
-from rlgraph.spec.schema import BLOCKS, ROLE_KEYS, ROLE_KINDS, BlockSchema, TypeMismatch
+from rlgraph.spec.schema import BLOCKS, ROLE_KEYS, ROLE_KINDS, BlockSchema, TypeMismatch, plain_value
 
 
 def did_you_mean(name: str, options) -> str:
@@ -54,8 +54,9 @@ def _convert_entries(block: ast.Block, schema: BlockSchema, keys: dict, prefix: 
                                              _allowed(list(keys) + list(schema.blocks))))
                 continue
             nested_values, nested_spans = {}, {}
-            _convert_entries(entry, sub, sub.keys, f"{prefix}{entry.keyword}.", f"`{entry.keyword}`",
-                             nested_values, nested_spans, diagnostics)
+            convert = _convert_open if sub.open else _convert_entries
+            convert(entry, sub, sub.keys, f"{prefix}{entry.keyword}.", f"`{entry.keyword}`",
+                    nested_values, nested_spans, diagnostics)
             values[entry.keyword] = _with_defaults(sub, nested_values)
             spans.update(nested_spans)
             spans[prefix + entry.keyword] = entry.keyword_span
@@ -83,6 +84,22 @@ def _convert_entries(block: ast.Block, schema: BlockSchema, keys: dict, prefix: 
         spans[prefix + entry.key] = entry.value.span
 
 
+def _convert_open(block: ast.Block, schema: BlockSchema, keys: dict, prefix: str, where: str,
+                  values: dict, spans: dict, diagnostics: list[Diagnostic]) -> None:
+    """Any `key = value` (a user function's arguments), each value as Python; no nested blocks."""
+    for entry in block.entries:
+        if isinstance(entry, ast.Block):
+            diagnostics.append(error("wrong-type", f"{where} holds values, not blocks", entry.keyword_span,
+                                     f"write `{entry.keyword} = value`"))
+            continue
+        try:
+            values[entry.key] = plain_value(entry.value)
+        except TypeMismatch as exc:
+            diagnostics.append(error("wrong-type", f"wrong value for `{prefix}{entry.key}`: {exc}", entry.value.span))
+            continue
+        spans[prefix + entry.key] = entry.value.span
+
+
 def _with_defaults(schema: BlockSchema, values: dict, keys=None) -> dict:
     keys = schema.keys if keys is None else keys
     filled = {name: key.default for name, key in keys.items()}
@@ -94,7 +111,8 @@ def _with_defaults(schema: BlockSchema, values: dict, keys=None) -> dict:
 def to_program(loaded: Loaded) -> tuple[Program, list[Diagnostic]]:
     diagnostics: list[Diagnostic] = []
     program = Program(loaded.root, loaded.sources, step=loaded.step)
-    tables = {"model": program.models, "pool": program.pools, "role": program.roles, "reward": program.rewards}
+    tables = {"model": program.models, "pool": program.pools, "role": program.roles, "reward": program.rewards,
+              "transform": program.transforms, "loss": program.losses}
     owners: dict[str, Decl] = {}
     for block in loaded.blocks:
         schema = BLOCKS.get(block.keyword)
@@ -123,6 +141,11 @@ def to_program(loaded: Loaded) -> tuple[Program, list[Diagnostic]]:
             if isinstance(optim, ast.Block):  # only trained roles have an optimizer
                 diagnostics.append(error("unknown-key", f"{where} has no block `optim`", optim.keyword_span,
                                          "only actor and critic roles are trained"))
+        lora = block.get("lora") if block.keyword == "role" else None
+        if isinstance(lora, ast.Block) and kind not in ("actor", None):  # adapters train the policy only
+            diagnostics.append(error("unknown-key", f"{where} has no block `lora`", lora.keyword_span,
+                                     "LoRA adapters go on the actor (a reference policy on the actor's model is its "
+                                     "base with the adapters off)"))
         for name, key in keys.items():
             if key.required and block.get(name) is None:  # a wrong value was reported already
                 diagnostics.append(error("missing-key", f"`{block.keyword}{' ' + block.name if block.name else ''}` "
@@ -137,7 +160,7 @@ def to_program(loaded: Loaded) -> tuple[Program, list[Diagnostic]]:
             first = owners[block.name]
             diagnostics.append(error("duplicate-name", f"`{block.name}` is declared as a {first.keyword} and "
                                      f"as a {block.keyword}", decl.span,
-                                     "every model, pool, role and reward needs its own name",
+                                     "every model, pool, role, reward, transform and loss needs its own name",
                                      notes=[("first declared", first.span)]))
             continue
         owners[block.name] = decl

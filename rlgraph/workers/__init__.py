@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
+    "BasePolicy": "rlgraph.workers.policy",
     "CriticWorker": "rlgraph.workers.critic",
     "PolicyWorker": "rlgraph.workers.policy",
     "Rollout": "rlgraph.workers.batch",
@@ -29,7 +30,7 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from rlgraph.workers.batch import Rollout, Segment, TokenSource, position_ids_from_mask
     from rlgraph.workers.critic import CriticWorker
-    from rlgraph.workers.policy import PolicyWorker
+    from rlgraph.workers.policy import BasePolicy, PolicyWorker
     from rlgraph.workers.reward import RewardFunctionError, RuleReward, load_reward_fn
     from rlgraph.workers.reward_model import RewardModelWorker
     from rlgraph.workers.rollout import RolloutWorker

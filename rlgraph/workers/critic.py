@@ -10,7 +10,8 @@ import torch
 from rlgraph.contract.settings import CriticSettings, CriticUpdateSettings, ForwardSettings
 from rlgraph.workers.activations import checkpoint_blocks
 from rlgraph.workers.batch import Rollout
-from rlgraph.workers.optim import Optimization, micro_batches, shuffle_generator
+from rlgraph.workers.micro import pack, split_rows
+from rlgraph.workers.optim import Optimization, shuffle_generator
 from rlgraph.workers.loading import default_device
 from rlgraph.workers.precision import Precision
 
@@ -55,14 +56,17 @@ class CriticWorker:
         self.tokenizer = _maybe_tokenizer(path)
         self.shuffle_generator = torch.Generator().manual_seed(seed)
         self.optim = Optimization.from_settings(
-            list(self.backbone.parameters()) + list(self.value_head.parameters()), settings.optim)
+            list(self.backbone.parameters()) + list(self.value_head.parameters()), settings.optim,
+            offload_state=settings.optimizer_offload)
 
     def shard(self) -> None:
         """strategy = fsdp: shard body and head over the data-parallel group (see workers/fsdp.py)."""
         from rlgraph.workers import fsdp
 
-        fsdp.shard(self.backbone, mp_policy=self.precision.fsdp_policy())
-        fsdp.shard(self.value_head)  # the head stays fp32, as in `predict`
+        # param_offload: FSDP2's CPU offload policy (workers/offload.py)
+        offload_to = self.device if self.settings.param_offload else None
+        fsdp.shard(self.backbone, mp_policy=self.precision.fsdp_policy(), offload_to=offload_to)
+        fsdp.shard(self.value_head, offload_to=offload_to)  # the head stays fp32, as in `predict`
         self.sharded = True
         self.optim.set_params(self._both().parameters())
 
@@ -70,9 +74,13 @@ class CriticWorker:
         # one module over body and head, for the distributed-checkpoint helpers (parameter names as in state_dict)
         return torch.nn.ModuleDict({"backbone": self.backbone, "value_head": self.value_head})
 
-    def predict(self, rollout: Rollout) -> torch.Tensor:
-        """Values before each response token, with grad; 0 off the loss mask. (batch, R)"""
+    def predict(self, rollout: Rollout, *, cut: bool = False) -> torch.Tensor:
+        """Values before each response token, with grad; 0 off the loss mask. (batch, R)
+
+        cut: run the model on the rows right-aligned and cut to their longest row (workers/micro.py `pack`); the
+        values are the same."""
         rollout = rollout.to(self.device)
+        rollout, unpack = pack(rollout) if cut else (rollout, None)
         with self.precision.compute(self.device, sharded=self.sharded):
             hidden = self.backbone(
                 input_ids=rollout.input_ids,
@@ -83,13 +91,17 @@ class CriticWorker:
         hidden = hidden[:, -rollout.response_length - 1 : -1].float()  # (batch, R, hidden)
         # The head in fp32: one small matmul, and bf16 would round the values (regression targets) to 3 digits.
         values = self.value_head(hidden).squeeze(-1)  # (batch, R)
-        return values * rollout.loss_mask
+        values = values * rollout.loss_mask
+        return unpack(values) if unpack is not None else values
 
     @torch.no_grad()
     def values(self, rollout: Rollout, *, settings: ForwardSettings) -> torch.Tensor:
         """Values of the states the response tokens were sampled in, float32, on the CPU. (batch, R)"""
-        rows = micro_batches(len(rollout), settings.micro_batch)
-        return torch.cat([self.predict(rollout.select(part)).cpu() for part in rows])
+        values = torch.zeros(rollout.responses.shape)  # (batch, R)
+        cut = bool(settings.micro_batch_tokens)
+        for rows in split_rows(rollout, torch.arange(len(rollout)), settings.micro_batch, settings.micro_batch_tokens):
+            values[rows] = self.predict(rollout.select(rows), cut=cut).cpu()
+        return values
 
     def update(
         self,
@@ -103,13 +115,16 @@ class CriticWorker:
     ) -> dict[str, float]:
         """One training step of the clipped value loss (`settings.mini_batch_size` and `micro_batch` count samples)."""
         from rlgraph.algos import masked_mean, value_loss
+        from rlgraph.algos.core import agg_weight
 
         rollout = rollout.to(self.device)
         values, returns = values.to(self.device), returns.to(self.device)
 
+        cut = bool(settings.micro_batch_tokens)
+
         def micro_batch_loss(rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             part = rollout.select(rows)
-            vpreds = self.predict(part)  # (micro, R)
+            vpreds = self.predict(part, cut=cut)  # (micro, R)
             vf_loss, metrics = value_loss(
                 vpreds, returns[rows], values[rows], part.loss_mask, clip=settings.clip, agg=settings.loss_agg
             )
@@ -124,6 +139,9 @@ class CriticWorker:
             mini_batch_size=settings.mini_batch_size,
             micro_batch_size=settings.micro_batch,
             generator=shuffle_generator(shuffle_seed, self.shuffle_generator, shuffle),
+            split=lambda mini: split_rows(rollout, mini, settings.micro_batch, settings.micro_batch_tokens),
+            weight=lambda micro, mini: agg_weight(rollout.loss_mask[micro], rollout.loss_mask[mini],
+                                                  settings.loss_agg),
         )
         metrics["critic/grad_norm"] = metrics.pop("grad_norm")
         metrics["critic/lr"] = metrics.pop("lr")

@@ -82,25 +82,32 @@ def load_causal_lm_empty(model_path: str, dtype: torch.dtype, device: torch.devi
     return empty_pretrained(AutoModelForCausalLM, path, dtype, device), AutoTokenizer.from_pretrained(path)
 
 
-def shard(*modules: torch.nn.Module, mp_policy: Any = None) -> None:
+def shard(*modules: torch.nn.Module, mp_policy: Any = None, offload_to: torch.device | None = None) -> None:
     """fully_shard every transformer block inside `modules`, then each module itself (the roots).
 
     The blocks are found as the `ModuleList` children of a module (HF keeps them in `model.layers`
     or `transformer.h`), so any HF decoder-only model shards block by block. `mp_policy`: FSDP2's
-    MixedPrecisionPolicy for every part (workers/precision.py), None for none (fp32).
+    MixedPrecisionPolicy for every part (workers/precision.py), None for none (fp32). `offload_to`: the
+    device the shards are copied to when gathered, under FSDP2's CPUOffloadPolicy (`param_offload`:
+    shards, gradients and AdamW state on the host; workers/offload.py); None keeps them on the device.
     """
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    from rlgraph.workers import offload
 
     mp_policy = mp_policy or MixedPrecisionPolicy()
+    policy = offload.fsdp_policy(offload_to) if offload_to is not None else OffloadPolicy()
 
     from rlgraph.workers.activations import transformer_blocks
 
     for module in modules:
         for block in transformer_blocks(module):  # FSDP2 shards children before their parents
-            fully_shard(block, mp_policy=mp_policy)
-        fully_shard(module, mp_policy=mp_policy)
+            fully_shard(block, mp_policy=mp_policy, offload_policy=policy)
+        fully_shard(module, mp_policy=mp_policy, offload_policy=policy)
         if module in _PENDING:
             _fill_from_rank0(module, *_PENDING.pop(module))
+            if offload_to is not None:  # filled on the device, where the broadcast runs
+                offload.params_on_host(module, offload_to)
 
 
 def _fill_from_rank0(module: torch.nn.Module, device: torch.device, weights: dict[str, torch.Tensor] | None) -> None:
@@ -187,6 +194,7 @@ def load_optimizer_state(module: torch.nn.Module, optim: Any, state: dict[str, A
     set_optimizer_state_dict(resharded(module), optim.optimizer,
                              optim_state_dict=state["optimizer"] if state is not None else {},
                              options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    optim.state_to_host()  # optimizer_offload: the loaded shards arrive on the device
     optim.load_scheduler_state(scheduler[0])  # and the hyper-parameters of this run's plan
 
 

@@ -23,11 +23,20 @@ def as_dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 
 def load_causal_lm(model_path: str, dtype: torch.dtype, device: torch.device) -> tuple[torch.nn.Module, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from rlgraph.models import resolve_model_path
 
     path = resolve_model_path(model_path)  # a local folder; `builtin:` models are built on first use
     module = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    return module, tokenizer
+    return module, load_tokenizer(path)
+
+
+def load_tokenizer(model_path: str) -> Any:
+    """The folder's tokenizer: tokenizer.json, or a sentencepiece tokenizer.model / tiktoken file that
+    transformers converts (with the `sentencepiece` / `tiktoken` packages of the run extra)."""
+    from transformers import AutoTokenizer
+
+    from rlgraph.models import resolve_model_path
+
+    return AutoTokenizer.from_pretrained(resolve_model_path(model_path))

@@ -7,10 +7,16 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from rlgraph.workers.offload import HOST, optimizer_state_to, state_on_device
+
 GRADIENT_BUCKET_BYTES = 25 * 1024 * 1024  # per all-reduce of `average_gradients`: DDP's default bucket
 
 # loss_fn(row indices of one micro-batch) -> (scalar loss, {metric name: float})
 MicroBatchLoss = Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+# split(row indices of a mini-batch) -> the row indices of its micro-batches
+Split = Callable[[torch.Tensor], list[torch.Tensor]]
+# weight(micro-batch rows, mini-batch rows) -> the micro-batch loss's weight in the mini-batch loss
+Weight = Callable[[torch.Tensor, torch.Tensor], float]
 
 
 class Optimization:
@@ -29,17 +35,21 @@ class Optimization:
         weight_decay: float,
         grad_clip: float | None,
         warmup_steps: int,
+        state_host: torch.device | None = None,
     ) -> None:
         self.grad_clip = grad_clip
+        self.state_host = state_host  # AdamW's state here between steps; None: beside the parameters
         self.settings = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
         self.warmup_steps = warmup_steps
         self.set_params(params)
 
     @classmethod
-    def from_settings(cls, params: Iterable[torch.nn.Parameter], settings: Any) -> "Optimization":
-        """From a role's resolved OptimSettings (rlgraph.contract.settings)."""
+    def from_settings(cls, params: Iterable[torch.nn.Parameter], settings: Any, *,
+                      offload_state: bool = False) -> "Optimization":
+        """From a role's resolved OptimSettings (rlgraph.contract.settings) and its `optimizer_offload`."""
         return cls(params, lr=settings.lr, betas=settings.betas, weight_decay=settings.weight_decay,
-                   grad_clip=settings.grad_clip, warmup_steps=settings.warmup_steps)
+                   grad_clip=settings.grad_clip, warmup_steps=settings.warmup_steps,
+                   state_host=HOST if offload_state else None)
 
     def set_params(self, params: Iterable[torch.nn.Parameter]) -> None:
         """(Re)build AdamW and the schedule over `params`: after `fully_shard` the parameters are new objects."""
@@ -63,12 +73,17 @@ class Optimization:
         mini_batch_size: int | None,
         micro_batch_size: int | None,
         generator: torch.Generator | None,
+        split: Split | None = None,
+        weight: Weight | None = None,
     ) -> dict[str, float]:
         """One training step: `epochs` passes over shuffled mini-batches, one optimizer step per mini-batch.
 
-        Each micro-batch's loss is scaled by its share of the mini-batch before `backward`, so the summed
-        gradient is that of the mini-batch mean. Metrics are averaged over mini-batches;
-        `skipped_update_frac` is the share of them whose update was skipped (`clip_and_step`).
+        A mini-batch is cut into micro-batches by `split` (default: `micro_batch_size` rows each, in order).
+        Each micro-batch's loss is scaled by `weight(micro, mini)` before `backward` (default: its share of
+        the rows; `rlgraph.algos.agg_weight` gives the weight that makes the summed gradient the mini-batch
+        loss's for each loss aggregation). A mini-batch's metrics are the micro-batches' averaged with those
+        weights, then averaged over mini-batches; `skipped_update_frac` is the share of mini-batches whose
+        update was skipped (`clip_and_step`).
         """
         mini_batch_size = mini_batch_size or batch_size
         micro_batch_size = micro_batch_size or mini_batch_size
@@ -82,12 +97,14 @@ class Optimization:
         num_steps = 0
         for mini in minibatches(batch_size, mini_batch_size, epochs, generator):
             self.optimizer.zero_grad(set_to_none=True)
-            for micro in mini.split(micro_batch_size):
-                share = len(micro) / len(mini)
+            micros = split(mini) if split is not None else list(mini.split(micro_batch_size))
+            weights = [weight(micro, mini) if weight is not None else len(micro) / len(mini) for micro in micros]
+            weight_sum = sum(weights) or 1.0
+            for micro, share in zip(micros, weights):
                 loss, metrics = loss_fn(micro)
                 (loss * share).backward()
                 for name, value in metrics.items():
-                    totals[name] = totals.get(name, 0.0) + share * float(value)
+                    totals[name] = totals.get(name, 0.0) + share / weight_sum * float(value)
             grad_norm = self.clip_and_step()
             totals["grad_norm"] = totals.get("grad_norm", 0.0) + grad_norm
             totals["skipped_update_frac"] = totals.get("skipped_update_frac", 0.0) + (not math.isfinite(grad_norm))
@@ -109,7 +126,8 @@ class Optimization:
         max_norm = self.grad_clip if self.grad_clip and self.grad_clip > 0 else float("inf")
         grad_norm = total_norm(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
         if math.isfinite(grad_norm):
-            self.optimizer.step()
+            with state_on_device(self.optimizer, self.state_host):
+                self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
 
@@ -118,8 +136,14 @@ class Optimization:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(state["optimizer"])  # onto each parameter's device
+        self.state_to_host()
         self.load_scheduler_state(state["scheduler"])
+
+    def state_to_host(self) -> None:
+        """With a `state_host`: AdamW's state back there (a loaded state arrives beside the parameters)."""
+        if self.state_host is not None:
+            optimizer_state_to(self.optimizer, self.state_host)
 
     def load_scheduler_state(self, state: dict[str, Any]) -> None:
         """The schedule's progress from a checkpoint, after its optimizer state is loaded; the hyper-parameters
@@ -197,11 +221,6 @@ def minibatches(
         else:
             order = torch.randperm(batch_size, generator=generator)
         yield from order.split(mini_batch_size)
-
-
-def micro_batches(batch_size: int, micro_batch_size: int | None) -> list[torch.Tensor]:
-    """Contiguous row indices of size `micro_batch_size` (the last may be smaller)."""
-    return list(torch.arange(batch_size).split(micro_batch_size or batch_size or 1))
 
 
 def shuffle_generator(shuffle_seed: int | None, fallback: torch.Generator, shuffle: bool) -> torch.Generator | None:

@@ -11,13 +11,15 @@ import torch
 
 from rlgraph.contract.settings import (ActorSettings, ActorUpdateSettings, GenerateSettings, LogProbSettings,
                                        RefSettings)
+from rlgraph.workers import lora, offload
 from rlgraph.workers.activations import checkpoint_blocks
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.cuda import free_cached_memory
 from rlgraph.workers.engines.hf import HFEngine
 from rlgraph.workers.loading import as_dtype, default_device, load_causal_lm  # noqa: F401 (re-exported)
 from rlgraph.workers.logits import token_log_probs
-from rlgraph.workers.optim import Optimization, micro_batches, shuffle_generator
+from rlgraph.workers.micro import forward_pass, split_rows
+from rlgraph.workers.optim import Optimization, shuffle_generator
 from rlgraph.workers.precision import Precision, computes, in_compute
 from rlgraph.workers.rollout import generate_rollout
 
@@ -40,7 +42,24 @@ class PolicyWorker:
 
         # sharded: built on the meta device, rank 0 alone reads the weights and `shard()` hands out the shards
         load = fsdp.load_causal_lm_empty if fsdp.will_shard(self.strategy) else load_causal_lm
-        self.module, self.tokenizer = load(model_path, self.precision.param_dtype, self.device)
+        lora_settings = settings.lora if self.trainable else None
+        adapters_from = None
+        if lora.is_adapter_folder(model_path):  # a LoRA actor's checkpoint: adapters on the base they name
+            adapters_from, model_path = model_path, lora.base_model_path(model_path)
+        self.base_path = model_path
+        # a ref's param_offload unsharded: its weights live on the host, on the device for each log_prob call
+        offloaded = not self.trainable and settings.param_offload and not fsdp.will_shard(self.strategy)
+        self.offload_host = offload.HOST if offloaded else None
+        self.module, self.tokenizer = load(model_path, self.precision.param_dtype, self.offload_host or self.device)
+        self.peft = None  # the PeftModel around `module` when the actor trains LoRA adapters
+        if lora_settings is not None:
+            if fsdp.will_shard(self.strategy):
+                raise ValueError("LoRA with strategy = fsdp is not implemented; use strategy = ddp")
+            self.peft = lora.add_adapters(self.module, lora_settings, seed=seed, adapters_from=adapters_from)
+        elif adapters_from is not None:  # adapters, but no LoRA now: train the merged model in full
+            from peft import PeftModel
+
+            self.module = PeftModel.from_pretrained(self.module, adapters_from).merge_and_unload()
         # Dropout off in every role: the ratio new/old must compare the same function.
         self.module.eval()
         if self.trainable and settings.gradient_checkpointing:
@@ -50,7 +69,8 @@ class PolicyWorker:
         self.engine = HFEngine(self.module, self.tokenizer)  # shares the module: samples from the current weights
         self.optim: Optimization | None = None
         if self.trainable:
-            self.optim = Optimization.from_settings(self.module.parameters(), settings.optim)
+            self.optim = Optimization.from_settings(self.module.parameters(), settings.optim,
+                                                    offload_state=settings.optimizer_offload)
         else:
             self.module.requires_grad_(False)
 
@@ -58,8 +78,11 @@ class PolicyWorker:
         """strategy = fsdp: shard the model over the data-parallel group (see workers/fsdp.py)."""
         from rlgraph.workers import fsdp
 
-        fsdp.shard(self.module, mp_policy=self.precision.fsdp_policy())
+        # param_offload: FSDP2's CPU offload policy (workers/offload.py), for the actor and a sharded ref alike
+        fsdp.shard(self.module, mp_policy=self.precision.fsdp_policy(),
+                   offload_to=self.device if self.settings.param_offload else None)
         self.sharded = True
+        self.offload_host = None  # the policy moves the shards now
         self.engine.synced = True  # every rank steps `generate` until all ranks are done
         if self.optim is not None:
             self.optim.set_params(self.module.parameters())
@@ -71,25 +94,28 @@ class PolicyWorker:
         return response_logits(self.module, rollout.to(self.device))
 
     @torch.no_grad()
+    @offload.moves_weights
     @computes
     def log_prob(self, rollout: Rollout, *, settings: LogProbSettings,
                  with_entropy: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """log pi(response_t | prompt, response_<t) in float32, (batch, R); with entropy if asked.
 
-        Positions off the loss mask (padding, inserted tokens) hold whatever the model says there;
-        consumers apply `rollout.loss_mask`.
+        Positions off the loss mask (padding, inserted tokens) hold whatever the model says there (0 past a
+        row's end under `micro_batch_tokens`); consumers apply `rollout.loss_mask`.
         """
-        log_probs, entropies = [], []
-        for rows in micro_batches(len(rollout), settings.micro_batch):
-            part = rollout.select(rows)
-            logits = self.response_logits(part)  # (micro, R, vocab)
-            log_prob, entropy = token_log_probs(logits, part.responses.to(self.device), settings.temperature,
-                                                with_entropy=with_entropy)  # (micro, R) each
-            log_probs.append(log_prob.cpu())
+        log_prob = torch.zeros(rollout.responses.shape)  # (batch, R)
+        entropy = torch.zeros(rollout.responses.shape) if with_entropy else None
+        cut = bool(settings.micro_batch_tokens)
+        rollout = rollout.to(self.device)
+        for rows in split_rows(rollout, torch.arange(len(rollout)), settings.micro_batch, settings.micro_batch_tokens):
+            part, unpack = forward_pass(rollout, rows, cut=cut)
+            logits = self.response_logits(part)  # (micro, r, vocab): r = R, or the pass's longest response
+            part_log_prob, part_entropy = token_log_probs(logits, part.responses, settings.temperature,
+                                                          with_entropy=with_entropy)  # (micro, r) each
+            log_prob[rows] = unpack(part_log_prob).cpu()  # (micro, R)
             if with_entropy:
-                entropies.append(entropy.cpu())
-        log_prob = torch.cat(log_probs)  # (batch, R)
-        return (log_prob, torch.cat(entropies)) if with_entropy else log_prob
+                entropy[rows] = unpack(part_entropy).cpu()
+        return (log_prob, entropy) if with_entropy else log_prob
 
     # --- training ---
 
@@ -106,8 +132,12 @@ class PolicyWorker:
     ) -> dict[str, float]:
         """One PPO training step on this rollout (`settings.mini_batch_size` and `micro_batch` count samples).
 
-        `old_log_prob` None: the log-probs kept at sampling time (`rollout.sample_log_probs`)."""
-        from rlgraph.algos import AGG_MODES, KL_KINDS, agg_loss, get_policy_loss, kl_penalty
+        `old_log_prob` None: the log-probs kept at sampling time (`rollout.sample_log_probs`).
+        `settings.tis` token | sequence: each token's policy loss is scaled by the truncated importance
+        weight between `old_log_prob` and those kept log-probs (rlgraph/algos/rollout_is.py)."""
+        from rlgraph.algos import AGG_MODES, KL_KINDS, agg_loss, get_policy_loss, kl_penalty, rollout_is_weights
+        from rlgraph.algos.core import agg_weight
+        from rlgraph.workers.user_functions import load_user_function, loss_result
 
         if settings.loss_agg not in AGG_MODES:
             raise ValueError(f"unknown loss_agg {settings.loss_agg!r}; expected one of {', '.join(AGG_MODES)}")
@@ -117,10 +147,15 @@ class PolicyWorker:
             if rollout.sample_log_probs is None:
                 raise ValueError("update without old_log_prob needs a rollout generated with kept log-probs")
             old_log_prob = rollout.sample_log_probs
+        if settings.tis != "off" and rollout.sample_log_probs is None:
+            raise ValueError(f"tis = {settings.tis} needs the rollout's sampling log-probs: generate with kept "
+                             "log-probs (`generate -> responses, rollout_log_prob`)")
 
         if self.optim is None:
             raise RuntimeError("a PolicyWorker built with RefSettings (a reference policy) cannot update")
-        policy_loss_fn = get_policy_loss(settings.policy_loss)
+        user_loss = settings.user_loss  # a `loss` the spec declares, in place of a built-in
+        policy_loss_fn = (load_user_function(user_loss, "loss") if user_loss is not None
+                          else get_policy_loss(settings.policy_loss))
         agg = settings.loss_agg
         use_kl_loss = settings.kl_coef > 0 and ref_log_prob is not None
         rollout = rollout.to(self.device)
@@ -128,15 +163,24 @@ class PolicyWorker:
         if use_kl_loss:
             ref_log_prob = ref_log_prob.to(self.device)
         extra = {"clip_c": settings.clip_c} if "clip_c" in inspect.signature(policy_loss_fn).parameters else {}
+        extra.update(user_loss.args if user_loss is not None else {})
+        tis_weights, tis_metrics = None, {}
+        if settings.tis != "off":  # constants of the update: weighed once, applied to each micro-batch
+            tis_weights, tis_metrics = rollout_is_weights(old_log_prob, rollout.sample_log_probs.to(self.device),
+                                                          rollout.loss_mask, settings.tis, settings.tis_cap)
+
+        cut = bool(settings.micro_batch_tokens)
 
         def micro_batch_loss(rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-            part = rollout.select(rows)
-            mask = part.loss_mask  # (micro, R): inserted tokens are attended to, not trained on
-            logits = self.response_logits(part)  # (micro, R, vocab)
+            part, unpack = forward_pass(rollout, rows, cut=cut)
+            logits = self.response_logits(part)  # (micro, r, vocab): r = R, or the pass's longest response
             # the entropy is a gradient term only with a coefficient; else a metric (no backward work)
             log_prob, entropy = token_log_probs(logits, part.responses, settings.temperature, with_entropy=True,
-                                                entropy_grad=settings.entropy_coeff != 0)  # (micro, R) each
-            pg_loss, metrics = policy_loss_fn(
+                                                entropy_grad=settings.entropy_coeff != 0)  # (micro, r) each
+            # at the rollout's columns and width R, so every loss aggregation divides as the whole batch's does
+            log_prob, entropy = unpack(log_prob), unpack(entropy)  # (micro, R) each
+            mask = rollout.loss_mask[rows]  # (micro, R): inserted tokens are attended to, not trained on
+            returned = policy_loss_fn(
                 old_log_prob[rows],
                 log_prob,
                 advantages[rows],
@@ -145,7 +189,9 @@ class PolicyWorker:
                 clip_high=settings.clip_high,
                 agg=agg,
                 **extra,
+                **({} if tis_weights is None else {"rollout_is_weights": tis_weights[rows]}),
             )
+            pg_loss, metrics = loss_result(returned, user_loss) if user_loss is not None else returned
             metrics["actor/pg_loss"] = pg_loss.item()
             loss = pg_loss
             entropy = agg_loss(entropy, mask, agg)
@@ -158,18 +204,21 @@ class PolicyWorker:
                 metrics["actor/kl_loss"] = kl_loss.item()
             return loss, metrics
 
-        metrics = self.optim.run_epochs(
-            len(rollout),
-            in_compute(self, micro_batch_loss),  # backward and the optimizer step run outside
-            epochs=settings.epochs,
-            mini_batch_size=settings.mini_batch_size,
-            micro_batch_size=settings.micro_batch,
-            generator=shuffle_generator(shuffle_seed, self.shuffle_generator, shuffle),
-        )
+        with lora.adapter_dropout(self.module) if self.peft is not None else contextlib.nullcontext():
+            metrics = self.optim.run_epochs(
+                len(rollout),
+                in_compute(self, micro_batch_loss),  # backward and the optimizer step run outside
+                epochs=settings.epochs,
+                mini_batch_size=settings.mini_batch_size,
+                micro_batch_size=settings.micro_batch,
+                generator=shuffle_generator(shuffle_seed, self.shuffle_generator, shuffle),
+                split=lambda mini: split_rows(rollout, mini, settings.micro_batch, settings.micro_batch_tokens),
+                weight=lambda micro, mini: agg_weight(rollout.loss_mask[micro], rollout.loss_mask[mini], agg),
+            )
         metrics["actor/grad_norm"] = metrics.pop("grad_norm")
         metrics["actor/lr"] = metrics.pop("lr")
         metrics["actor/skipped_update_frac"] = metrics.pop("skipped_update_frac")
-        return metrics
+        return metrics | tis_metrics
 
     # --- rollout (hybrid engine: samples from this worker's own weights) ---
 
@@ -196,20 +245,25 @@ class PolicyWorker:
 
         if self.sharded:
             return fsdp.full_state_dict(self.module)
+        if self.peft is not None:  # a rollout takes whole weights: the adapters merged in, under the plain names
+            return lora.merged_state_dict(self.module)
         return {name: t.detach().to("cpu", copy=True) for name, t in self.module.state_dict().items()}
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
-        if self.sharded:
-            raise RuntimeError("a sharded policy is trained in place; weights are not loaded into it")
+        if self.sharded or self.peft is not None:
+            raise RuntimeError("a sharded or LoRA policy is trained in place; weights are not loaded into it")
         self.module.load_state_dict(state_dict)
 
     def save(self, directory: str | Path) -> None:
-        """An HF folder that `PolicyWorker(directory, ...)` (or `from_pretrained`) loads back.
+        """An HF folder that `PolicyWorker(directory, ...)` (or `from_pretrained`) loads back; with LoRA, the
+        adapters in peft's format (`PeftModel.from_pretrained` on the base it names loads them).
 
         Sharded, every rank must call it: the weights are gathered and rank 0 writes."""
         from rlgraph.workers import fsdp
 
-        if not self.sharded:
+        if self.peft is not None:
+            lora.save_adapters(self.peft, directory, self.base_path)
+        elif not self.sharded:
             self.module.save_pretrained(directory)
         else:
             state = fsdp.full_state_dict(self.module)
@@ -235,8 +289,28 @@ class PolicyWorker:
             raise RuntimeError("a PolicyWorker built with RefSettings (a reference policy) has no optimizer")
         if self.sharded:
             fsdp.load_optimizer_state(self.module, self.optim, state)
-        else:
-            self.optim.load_state_dict(state)
+            return
+        saved = sum(len(group["params"]) for group in state["optimizer"]["param_groups"])
+        if saved != len(self.optim.params):  # LoRA turned on or off since the checkpoint
+            raise ValueError(f"the checkpoint's optimizer state is for {saved} parameter tensors, but this actor "
+                             f"trains {len(self.optim.params)} ({'LoRA adapters' if self.peft else 'the whole model'}):"
+                             " resume with the checkpoint's lora settings, or start over (--no-resume)")
+        self.optim.load_state_dict(state)
+
+
+class BasePolicy:
+    """The reference policy of a LoRA actor: the actor's own module with its adapters off. The ref role
+    hosted in the actor's process on the actor's model, with no second copy of the weights."""
+
+    def __init__(self, actor: PolicyWorker) -> None:
+        if actor.peft is None:
+            raise ValueError("a base policy needs an actor with LoRA adapters")
+        self.actor = actor
+
+    def log_prob(self, rollout: Rollout, *, settings: LogProbSettings,
+                 with_entropy: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        with lora.adapters_disabled(self.actor.peft):
+            return self.actor.log_prob(rollout, settings=settings, with_entropy=with_entropy)
 
 
 def response_logits(module: torch.nn.Module, rollout: Rollout) -> torch.Tensor:

@@ -6,7 +6,8 @@ else (NaN, inf, a string, None) has no usable score. By default that is an error
 lets up to that share of a batch go unscored, and those rows are reported (`RewardScores.valid`) so the
 step leaves them out of the update. With `timeout_s` the function runs in a process of its own
 (rlgraph/workers/reward_process.py): a row past the timeout, or a function that ends its process, is an
-error naming the row instead of a hung or vanished run.
+error naming the row instead of a hung or vanished run. `workers` such processes score a batch's rows
+at the same time, each row with its own timeout.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from rlgraph.workers.batch import Rollout
-from rlgraph.workers.reward_process import (RewardFn, RewardFunctionError, RewardProcess, RewardProcessError,
+from rlgraph.workers.reward_process import (RewardFn, RewardFunctionError, RewardPool, RewardProcessError,
                                             BATCH, check_signature, load_reward_fn, score_rows, shown)
 
 __all__ = ["RewardFunctionError", "RewardScores", "RuleReward", "load_reward_fn"]
@@ -42,10 +43,11 @@ class RuleReward:
     """
 
     def __init__(self, fn: RewardFn | str, *, max_invalid_fraction: float = 0.0, timeout_s: float | None = None,
-                 base_dir: str | None = None, batched: bool = False) -> None:
+                 base_dir: str | None = None, batched: bool = False, workers: int = 1) -> None:
         """`base_dir`: the spec's folder, where a relative file path and a module are looked for. `batched`:
         `fn(data_sources, solution_strs, ground_truths, extra_infos)` takes lists and returns a list of scores
-        (verl's batch reward), in one call per batch; its `timeout_s` is for that call."""
+        (verl's batch reward), in one call per batch; its `timeout_s` is for that call. `workers`: processes
+        that score a batch's rows in parallel (with a `timeout_s`; a batched function uses one)."""
         self.batched = batched
         # loaded here too when given by name, so a missing module or a wrong signature is found before
         # anything starts
@@ -59,7 +61,8 @@ class RuleReward:
         check_signature(self.fn, self.name, batched)
         self.max_invalid_fraction = max_invalid_fraction
         self.timeout_s = timeout_s
-        self._process: RewardProcess | None = None
+        self.workers = workers
+        self._process: RewardPool | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # a copy in another process starts its own child, and loads a function named by a string itself:
@@ -87,7 +90,8 @@ class RuleReward:
             values, error, extras = score_rows(self.fn, rows, batched=self.batched)
         else:
             if self._process is None:
-                self._process = RewardProcess(self.spec, self.name, self.timeout_s, self.base_dir, self.batched)
+                self._process = RewardPool(self.spec, self.name, self.timeout_s, self.base_dir, self.batched,
+                                           self.workers)
             try:
                 values, error, extras = self._process.score(rows)
             except RewardProcessError as err:

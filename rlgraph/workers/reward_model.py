@@ -22,7 +22,7 @@ import torch
 from rlgraph.models.sequences import last_token_scores, left_pad, position_ids_from_mask
 from rlgraph.contract.settings import ForwardSettings, RewardModelSettings
 from rlgraph.workers.batch import Rollout
-from rlgraph.workers.optim import micro_batches
+from rlgraph.workers.micro import forward_pass, split_rows
 from rlgraph.workers.loading import as_dtype, default_device
 
 
@@ -53,17 +53,17 @@ class RewardModelWorker:
 
     @torch.no_grad()
     def score(self, rollout: Rollout, *, settings: ForwardSettings) -> torch.Tensor:
-        scores = []
-        for rows in micro_batches(len(rollout), settings.micro_batch):
-            part = rollout.select(rows)
+        sequence_scores = torch.zeros(len(rollout))  # (batch,)
+        cut = bool(settings.micro_batch_tokens)
+        for rows in split_rows(rollout, torch.arange(len(rollout)), settings.micro_batch, settings.micro_batch_tokens):
+            part, _ = forward_pass(rollout, rows, cut=cut)  # the score is read on the last token: no map back
             if self.retokenize:
                 ids, mask = self._own_tokens(part)
             else:
                 self._check_ids(part.input_ids)
                 ids, mask = part.input_ids, part.attention_mask
             ids, mask = ids.to(self.device), mask.to(self.device)
-            scores.append(last_token_scores(self.module, ids, mask, position_ids_from_mask(mask)).cpu())
-        sequence_scores = torch.cat(scores)  # (batch,)
+            sequence_scores[rows] = last_token_scores(self.module, ids, mask, position_ids_from_mask(mask)).cpu()
         token_level = torch.zeros(rollout.responses.shape, dtype=torch.float32)  # (batch, R)
         token_level[torch.arange(len(rollout)), rollout.reward_index.cpu()] = sequence_scores
         return token_level

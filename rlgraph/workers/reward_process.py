@@ -4,7 +4,8 @@ A user's reward function is arbitrary code. Run in the trainer's process, one th
 and one that calls `os._exit` ends it without a word. `RewardProcess` runs it in a child process, kept
 warm between calls and handed a whole batch of rows per call (a round trip per step, not per row), with a
 deadline on each row: a row that takes longer than `timeout_s`, or a child that exits, is reported with
-the row it was scoring instead of hanging or vanishing.
+the row it was scoring instead of hanging or vanishing. `RewardPool` runs several such processes on one
+batch, so rows are scored in parallel, each still with its own deadline.
 
 This module imports neither torch nor anything heavy: the child starts with it alone (~0.2 s).
 """
@@ -52,33 +53,34 @@ class RewardProcessError(RewardFunctionError):
         self.row = row  # the row it was scoring, None if it was not scoring one (loading the function)
 
 
-def load_reward_fn(spec: str, base_dir: str | None = None) -> RewardFn:
+def load_reward_fn(spec: str, base_dir: str | None = None, kind: str = "reward function") -> RewardFn:
     """The function named by `spec`: `"package.module:function"`, or verl's file form `"path/to/file.py:function"`.
 
     `base_dir` is the spec file's folder: a relative file path is read from there, and a module is looked
     for there too (after sys.path), so a `reward.py` next to the spec is found without setting PYTHONPATH.
+    `kind` starts each message: a user transform or loss is loaded the same way.
     """
     where, sep, attr = spec.rpartition(":")  # rpartition: a file path may hold a ':' itself
     if not sep or not where or not attr:
         raise RewardFunctionError(
-            f"reward function {spec!r} must be written as 'module:function' (e.g. 'rlgraph.tasks.arith:exact_match') "
+            f"{kind} {spec!r} must be written as 'module:function' (e.g. 'rlgraph.tasks.arith:exact_match') "
             "or 'path/to/file.py:function'"
         )
     if where.endswith(".py") or "/" in where or os.sep in where:
-        module, what = _module_from_file(spec, where, base_dir), f"file {where!r}"
+        module, what = _module_from_file(spec, where, base_dir, kind), f"file {where!r}"
     else:
-        module, what = _import_module(spec, where, base_dir), f"module {where!r}"
+        module, what = _import_module(spec, where, base_dir, kind), f"module {where!r}"
     fn = module
     for part in attr.split("."):
         if not hasattr(fn, part):
-            raise RewardFunctionError(f"reward function {spec!r}: {what} has no attribute {attr!r}")
+            raise RewardFunctionError(f"{kind} {spec!r}: {what} has no attribute {attr!r}")
         fn = getattr(fn, part)
     if not callable(fn):
-        raise RewardFunctionError(f"reward function {spec!r}: {attr} in {what} is a {type(fn).__name__}, not callable")
+        raise RewardFunctionError(f"{kind} {spec!r}: {attr} in {what} is a {type(fn).__name__}, not callable")
     return fn
 
 
-def _import_module(spec: str, module_name: str, base_dir: str | None) -> Any:
+def _import_module(spec: str, module_name: str, base_dir: str | None, kind: str) -> Any:
     if base_dir is not None and base_dir not in sys.path:
         sys.path.append(base_dir)  # after the installed packages: a spec's folder never shadows them
     try:
@@ -86,30 +88,30 @@ def _import_module(spec: str, module_name: str, base_dir: str | None) -> Any:
     except ModuleNotFoundError as err:
         looked = f"sys.path and the spec's folder ({base_dir})" if base_dir is not None else "sys.path"
         raise RewardFunctionError(
-            f"reward function {spec!r}: module {module_name!r} not found ({err}); it was looked for on {looked}. "
+            f"{kind} {spec!r}: module {module_name!r} not found ({err}); it was looked for on {looked}. "
             "Put the module next to the spec, add its folder to PYTHONPATH, install its package, or name the "
             "file itself: 'path/to/file.py:function'."
         ) from err
     except Exception as err:
         raise RewardFunctionError(
-            f"reward function {spec!r}: importing module {module_name!r} failed with {type(err).__name__}: {err}"
+            f"{kind} {spec!r}: importing module {module_name!r} failed with {type(err).__name__}: {err}"
         ) from err
 
 
-def _module_from_file(spec: str, path: str, base_dir: str | None) -> Any:
+def _module_from_file(spec: str, path: str, base_dir: str | None, kind: str) -> Any:
     import importlib.util
 
     file = os.path.abspath(os.path.join(base_dir or os.getcwd(), os.path.expanduser(path)))
     relative = "" if os.path.isabs(os.path.expanduser(path)) else f" (relative to {base_dir or os.getcwd()})"
     if not os.path.isfile(file):
-        raise RewardFunctionError(f"reward function {spec!r}: file {file} not found{relative}")
+        raise RewardFunctionError(f"{kind} {spec!r}: file {file} not found{relative}")
     # one module per file, named by its path: loading the same file twice gives the same function
     name = "rlgraph_reward_" + "".join(c if c.isalnum() else "_" for c in file)
     if name in sys.modules:
         return sys.modules[name]
     module_spec = importlib.util.spec_from_file_location(name, file)
     if module_spec is None or module_spec.loader is None:
-        raise RewardFunctionError(f"reward function {spec!r}: {file} cannot be imported (is it a .py file?)")
+        raise RewardFunctionError(f"{kind} {spec!r}: {file} cannot be imported (is it a .py file?)")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module  # before running it: pickle and dataclasses look a module up by name
     try:
@@ -119,7 +121,7 @@ def _module_from_file(spec: str, path: str, base_dir: str | None) -> Any:
         if not isinstance(err, Exception):
             raise
         raise RewardFunctionError(
-            f"reward function {spec!r}: running {file} failed with {type(err).__name__}: {err}"
+            f"{kind} {spec!r}: running {file} failed with {type(err).__name__}: {err}"
         ) from err
     return module
 
@@ -279,12 +281,29 @@ class RewardProcess:
         self.fn, self.name, self.timeout_s, self.base_dir, self.batched = fn, name, timeout_s, base_dir, batched
         self.tick = min(0.25, timeout_s / 2)
         self.proc: subprocess.Popen | None = None
+        self.loading = False  # started, and its "ready" not read yet
+        self.first, self.stride = 0, 1  # its rows' places in the whole batch (RewardPool splits batches)
 
     def score(self, rows: list[Row]) -> Scored:
-        if self.proc is None or self.proc.poll() is not None:
-            self._start()
+        self.start()
+        self.ready()
         self.conn.send(rows)
         return self._wait()
+
+    def start(self) -> None:
+        """Start the child if it is not running; it loads the function while the caller goes on (`ready`)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._launch()
+            self.loading = True
+
+    def ready(self) -> None:
+        """Wait until the child has loaded the function; RewardFunctionError if it could not."""
+        if self.loading:
+            self.loading = False
+            kind, message = self._wait()
+            if kind == "error":
+                self.close()
+                raise RewardFunctionError(message)
 
     def close(self, kill: bool = False) -> None:
         if self.proc is not None:
@@ -295,7 +314,7 @@ class RewardProcess:
 
     # --- internals
 
-    def _start(self) -> None:
+    def _launch(self) -> None:
         fn_ref = self.fn if isinstance(self.fn, str) else _pickled(self.fn, self.name)
         parent_end, child_end = _socketpair()
         slot_file = tempfile.TemporaryFile()
@@ -311,10 +330,6 @@ class RewardProcess:
         self.conn = Connection(parent_end.detach())
         self._finalizer = weakref.finalize(self, _stop, self.proc, self.conn)
         self.conn.send((list(sys.path), fn_ref, self.base_dir, self.batched))
-        kind, message = self._wait()
-        if kind == "error":
-            self.close()
-            raise RewardFunctionError(message)
 
     def _wait(self) -> Any:
         while True:
@@ -324,6 +339,7 @@ class RewardProcess:
                 except (EOFError, OSError):
                     self._died()
             row, started = _SLOT.unpack_from(self.slot, 0)
+            batch_row = self.first + row * self.stride
             limit = max(self.timeout_s, _LOAD_TIMEOUT_S) if row == _LOADING else self.timeout_s
             if row != _NOT_SCORING and time.monotonic() - started > limit:
                 self.close(kill=True)
@@ -334,8 +350,8 @@ class RewardProcess:
                         f"batched reward function {self.name} took longer than timeout_s = {self.timeout_s:g} s on "
                         "a batch and was stopped (a batched function's timeout_s is for the whole batch)", None)
                 raise RewardProcessError(
-                    f"reward function {self.name} took longer than timeout_s = {self.timeout_s:g} s on row {row} and "
-                    "was stopped (raise `timeout_s` in the reward's block if it is only slow)", row)
+                    f"reward function {self.name} took longer than timeout_s = {self.timeout_s:g} s on row {batch_row} "
+                    "and was stopped (raise `timeout_s` in the reward's block if it is only slow)", batch_row)
             if self.proc.poll() is not None:
                 self._died()
 
@@ -364,8 +380,59 @@ class RewardProcess:
         if row == BATCH:
             raise RewardProcessError(f"{what} while scoring a batch: the function ended its process (os._exit, a "
                                      "crash in native code)", None)
+        row = self.first + row * self.stride
         raise RewardProcessError(f"{what} while scoring row {row}: the function ended its process (os._exit, a crash "
                                  "in native code)", row)
+
+
+class RewardPool:
+    """`workers` RewardProcesses scoring one batch together: row i goes to process i % workers (a group's
+    rows, which come together and may be slow together, are spread out), and each row keeps its deadline.
+
+    The processes start together and load the function at the same time; a batch of a few rows uses as
+    many processes as it has rows. A batched function gets the whole batch in one process."""
+
+    def __init__(self, fn: str | RewardFn, name: str, timeout_s: float, base_dir: str | None = None,
+                 batched: bool = False, workers: int = 1) -> None:
+        self.workers = 1 if batched else max(1, workers)
+        self.processes = [RewardProcess(fn, name, timeout_s, base_dir, batched) for _ in range(self.workers)]
+
+    def score(self, rows: list[Row]) -> Scored:
+        if self.workers == 1:
+            return self.processes[0].score(rows)
+        used = self.processes[:max(1, min(self.workers, len(rows)))]
+        n = len(used)
+        try:
+            for process in used:
+                process.start()
+            for process in used:
+                process.ready()
+            for k, process in enumerate(used):
+                process.first, process.stride = k, n  # its row i is the batch's row k + i * n
+                process.conn.send(rows[k::n])
+            answers = []
+            for process in used:
+                answers.append(process._wait())
+        except BaseException:
+            self.close(kill=True)  # the others may still be busy, or hold an answer nobody will read
+            raise
+        values: list[Any] = [None] * len(rows)
+        extras: dict[str, list[float]] = {}
+        errors = []
+        for k, (part, error, part_extras) in enumerate(answers):
+            values[k::n] = part + [None] * (len(rows[k::n]) - len(part))
+            for key, extra in part_extras.items():
+                extras.setdefault(key, []).extend(extra)
+            if error is not None:
+                errors.append((k + error[0] * n,) + tuple(error[1:]))
+        if errors:  # the first row in the batch's order, as one process scoring them in turn would report
+            first = min(errors, key=lambda e: e[0])
+            return values[:first[0]], first, extras
+        return values, None, extras
+
+    def close(self, kill: bool = False) -> None:
+        for process in self.processes:
+            process.close(kill=kill)
 
 
 def _socketpair():

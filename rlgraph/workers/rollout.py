@@ -29,7 +29,7 @@ class RolloutWorker:
             raise ValueError(f"memory_fraction must be in (0, 1], got {settings.memory_fraction}")
         self.settings = settings
         self.engine = engine_class(settings.engine).from_pretrained(
-            model_path, dtype=settings.dtype, device=device, memory_fraction=settings.memory_fraction)
+            model_path, dtype=settings.dtype, device=device, memory_fraction=settings.memory_fraction, tp=settings.tp)
         self.tokenizer = self.engine.tokenizer
         self.sample_generator = torch.Generator().manual_seed(seed)
 

@@ -198,11 +198,17 @@ def _unique_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     gathered yet."""
     from rlgraph.workers import fsdp
 
+    from rlgraph.workers import lora
+
     out: dict[str, torch.Tensor] = {}
     seen: set[int] = set()
-    for name, tensor in fsdp.resharded(module).state_dict(keep_vars=True).items():
-        if id(tensor) not in seen:
-            seen.add(id(tensor))
+    state = fsdp.resharded(module).state_dict(keep_vars=True)
+    if lora.has_adapters(module):  # the rollout's engine takes plain weights: each LoRA layer merged as it is sent
+        state = lora.merged_weights(module, state)
+    for name, tensor in state.items():
+        key = id(tensor.base if isinstance(tensor, lora.MergedWeight) else tensor)
+        if key not in seen:
+            seen.add(key)
             out[name] = tensor
     return out
 

@@ -21,7 +21,8 @@ MARK = re.compile(r"#\s*([EW]):\s*([a-z][a-z-]*)")
 PASS_CODES = {"missing-block", "undefined-field", "duplicate-field", "unused-field", "cycle", "field-type",
               "algorithm", "not-updated", "duplicate-update", "unused-role", "ignored-input", "bad-sync",
               "missing-sync", "batch-divisibility", "engine-not-implemented", "tp-not-implemented",
-              "several-generate-calls", "setting-ignored", "micro-batch-unset", "greedy-group"}
+              "several-rollouts", "dynamic-sampling", "setting-ignored", "micro-batch-unset", "greedy-group",
+              "token-budget", "no-effect", "offload-unsharded", "lora-not-implemented"}
 
 
 def expected_marks(text: str) -> list[tuple[str, str, int]]:

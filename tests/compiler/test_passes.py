@@ -17,16 +17,14 @@ GOLDEN = sorted((Path(__file__).parent / "golden").glob("*.rl"))
 
 
 def test_passes_are_listed_once_in_order():
-    assert [p.__name__ for p in PASSES] == ["resolve", "dataflow", "roles", "algorithm", "batch", "runtime_support"]
+    assert [p.__name__ for p in PASSES] == ["resolve", "dataflow", "roles", "algorithm", "user_functions", "batch", "offload", "asynchrony",
+                                            "sampling", "runtime_support"]
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
 def test_shipped_specs_have_no_diagnostics(path):
     result = compile_spec(str(path))
-    if path.name == "ppo_qwen7b_rm_2x8.rl":  # written for a cluster with SGLang, which this runtime lacks
-        assert [d.code for d in result.diagnostics] == ["engine-not-implemented"]
-    else:
-        assert result.diagnostics == []
+    assert result.diagnostics == []
 
 
 @pytest.mark.parametrize("path", [ROOT / "specs" / "ppo_arith.rl"] + GOLDEN, ids=lambda p: p.stem)

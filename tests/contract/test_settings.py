@@ -14,7 +14,7 @@ from rlgraph.compiler.builtins import ROLE_METHODS, TRANSFORMS
 from rlgraph.contract import settings as s
 from rlgraph.plan.build import build_plan
 from rlgraph.plan.model import Plan
-from rlgraph.spec.schema import BLOCKS, OPTIM, ROLE_KEYS
+from rlgraph.spec.schema import BLOCKS, LORA, OPTIM, ROLE_KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 PLACEMENT_KEYS = {"model", "pool", "replicas", "colocate"}  # RolePlan's own fields
@@ -24,7 +24,8 @@ def _fields(cls) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 
 
-@pytest.mark.parametrize("cls", list(s.SETTINGS_CLASSES.values()) + [s.OptimSettings], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", list(s.SETTINGS_CLASSES.values()) + [s.OptimSettings, s.LoraSettings],
+                         ids=lambda c: c.__name__)
 def test_no_settings_field_has_a_default(cls):
     """Defaults live in the spec's schema only; a field with its own default could disagree with it."""
     assert all(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
@@ -36,15 +37,19 @@ def test_role_settings_cover_every_role_key(kind):
     keys = set(ROLE_KEYS[kind]) - PLACEMENT_KEYS
     if kind in ("actor", "critic"):
         keys |= {"optim"}
+    if kind == "actor":
+        keys |= {"lora"}
     if kind == "ref":
         keys |= {"strategy"}  # resolved from the trained role it is colocated with
     assert _fields(s.ROLE_SETTINGS[kind]) == keys
     assert _fields(s.OptimSettings) == set(OPTIM.keys)
+    assert _fields(s.LoraSettings) == set(LORA.keys)
 
 
 def test_call_settings_cover_every_keyword_argument():
     for name, signature in TRANSFORMS.items():
-        assert _fields(s.TRANSFORM_SETTINGS[name]) == set(signature.kwargs), name
+        resolved = {"max_new_tokens"} if name == "overlong_penalty" else set()  # from the trained generate
+        assert _fields(s.TRANSFORM_SETTINGS[name]) == set(signature.kwargs) | resolved, name
     actor_update = set(ROLE_METHODS["actor"]["update"].kwargs) - {"clip"}  # resolved into clip_low / clip_high
     assert actor_update <= _fields(s.ActorUpdateSettings)
     assert set(ROLE_METHODS["critic"]["update"].kwargs) <= _fields(s.CriticUpdateSettings)
@@ -81,3 +86,16 @@ def test_a_stale_plan_json_names_the_fields_that_differ():
     del plan["roles"][0]["settings"]["optim"]["lr"]
     with pytest.raises(s.SettingsError, match="OptimSettings: missing lr"):
         Plan.from_dict(plan)
+
+
+def test_a_token_budget_reaches_every_call_of_its_role(tmp_path):
+    spec = tmp_path / "ppo.rl"
+    spec.write_text((REPO / "specs" / "ppo_arith.rl").read_text())
+    budgets = {"actor": 512, "critic": 256, "ref": 1024}
+    plan = build_plan(compile_spec(str(spec), [f"{role}.micro_batch_tokens={b}" for role, b in budgets.items()]))
+    for label, role in [("actor.log_prob", "actor"), ("actor.update", "actor"), ("critic.values", "critic"),
+                        ("critic.update", "critic"), ("ref.log_prob", "ref")]:
+        settings = plan.call(label).settings
+        assert (settings.micro_batch, settings.micro_batch_tokens) == (None, budgets[role]), label
+    assert plan.role("actor").settings.micro_batch_tokens == 512
+    assert Plan.from_json(plan.to_json()).calls == plan.calls

@@ -11,7 +11,7 @@ role actor {
   optim { lr = 1e-4  momentum = 0.9 }  # E: unknown-key
 }
 
-role rollout { colocate = actor  n = 4  engine = vllm }  # E: wrong-type
+role rollout { colocate = actor  n = 4  engine = tensorrt }  # E: wrong-type
 
 role critic { model = value_model  colocate = actor }  # E: unknown-model  # E: not-updated  # W: memory-unknown
 

@@ -106,3 +106,31 @@ def test_a_reward_guard_change_is_listed_and_needs_accepting():
     changes = diff_plans(old, new)
     assert [c.render() for c in changes] == ["rewards.exact.max_invalid_fraction: 0.0 -> 0.1"]
     assert not changes[0].resume_safe  # it changes which rows the update learns from
+
+
+def test_turning_tis_on_is_listed_and_needs_accepting(tmp_path):
+    old = plan_dict("grpo_arith_split_tis.rl")
+    text = (REPO / "specs" / "grpo_arith_split_tis.rl").read_text().replace("tis = token, tis_cap = 2.0",
+                                                                             "tis = sequence, tis_cap = 5.0")
+    (tmp_path / "common").symlink_to(REPO / "specs" / "common")
+    (tmp_path / "grpo_arith_split_tis.rl").write_text(text)
+    plan, _ = plan_spec(compile_spec(str(tmp_path / "grpo_arith_split_tis.rl")))
+    changes = diff_plans(old, json.loads(plan.to_json()))
+    assert [c.render() for c in changes] == ['step.actor.update.tis: "token" -> "sequence"',
+                                             "step.actor.update.tis_cap: 2.0 -> 5.0"]
+    assert not any(c.resume_safe for c in changes)  # they change the update the weights come from
+
+
+def test_offload_settings_are_resume_safe_where_they_move_state_not_the_math(ppo):
+    """A run out of device memory turns offload on and resumes without --accept-changes."""
+    offloaded = plan_dict("ppo_arith.rl", "actor.optimizer_offload=true", "critic.optimizer_offload=true",
+                          "ref.param_offload=true")
+    assert sorted((c.key, c.resume_safe) for c in diff_plans(ppo, offloaded)) == [
+        ("actor.optimizer_offload", True), ("critic.optimizer_offload", True), ("ref.param_offload", True)]
+
+
+def test_loggers_and_reward_workers_are_resume_safe_they_change_where_metrics_go_and_how_fast_rows_score():
+    old = plan_dict("grpo_arith.rl")
+    new = plan_dict("grpo_arith.rl", "train.loggers=[console, tensorboard]", "exact.workers=8")
+    assert sorted((c.render(), c.resume_safe) for c in diff_plans(old, new)) == [
+        ("rewards.exact.workers: 4 -> 8", True), ('train.loggers: ["console"] -> ["console", "tensorboard"]', True)]

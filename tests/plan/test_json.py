@@ -24,7 +24,8 @@ def test_schema_keys():
     assert set(data["pools"][0]) == {"name", "nodes", "devices_per_node", "device", "device_memory_bytes"}
     assert {"role", "replica", "pool", "node", "device", "process", "devices"} == set(data["placements"][0])
     assert {"stage", "calls", "concurrent", "lanes"} == set(data["schedule"][0])
-    assert {"pool", "node", "device", "estimated_bytes", "capacity_bytes", "breakdown"} == set(data["memory"][0])
+    assert {"pool", "node", "device", "estimated_bytes", "capacity_bytes", "breakdown", "host"} == \
+        set(data["memory"][0])
     assert {"name", "kind", "model", "model_path", "pool", "replicas", "tp", "colocate", "settings"} == \
         set(data["roles"][0])
     assert {"id", "label", "kind", "target", "method", "role_kind", "inputs", "outputs", "kwargs",

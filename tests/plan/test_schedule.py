@@ -85,3 +85,27 @@ def test_the_shipped_split_spec_updates_actor_and_critic_at_once():
     plan = build_plan(compile_spec(str(Path(path))))
     updates = next(s for s in plan.schedule if "actor.update" in s.calls)
     assert updates.concurrent and ["critic.update"] in updates.lanes
+
+
+def test_an_asynchronous_plan_shows_its_two_loops_and_where_they_meet():
+    from rlgraph.compiler import compile_spec
+    from rlgraph.plan.build import plan_spec
+    from rlgraph.plan.html import render_html
+    from rlgraph.plan.text import render_text
+
+    def plan_of(*overrides: str):
+        plan, _ = plan_spec(compile_spec(str(REPO / "specs" / "grpo_arith_async.rl"), list(overrides)))
+        return plan
+
+    plan = plan_of()
+    text = render_text(plan, color=False, width=200)
+    assert "asynchronous: two loops, train.staleness = 1" in text
+    generate_row = next(line for line in text.splitlines() if "rollout.generate" in line)
+    assert generate_row.rstrip().endswith("rollout loop")
+    update_row = next(line for line in text.splitlines() if "actor.update" in line)
+    assert update_row.rstrip().endswith("trainer loop")
+    assert "meet: weights: sync actor → rollout as soon as each update ends" in text
+    assert "at most 1 update old" in text
+    html = render_html(plan)
+    assert html.count(">trainer loop<") == 3 and ">rollout loop<" in html and "meet: weights" in html
+    assert "loop" not in render_text(plan_of("train.staleness=0"), color=False, width=200)

@@ -49,3 +49,11 @@ class FaultyDeviceProcess(DeviceProcess):
         worker = self.workers[role]
         # An instance attribute shadows the class's method for this worker only.
         setattr(worker, method, functools.partial(hook, getattr(worker, method)))
+
+
+class UnbuiltDeviceProcess(DeviceProcess):
+    """Starts where the plan places it but builds no worker: for tests of placement alone (the hf engine, the
+    one that runs on CPU, refuses a tp group when it builds, though the placement of one is what is tested)."""
+
+    def _build(self, spec: Any) -> Any:
+        return None

@@ -8,12 +8,15 @@ from rlgraph.plan.model import CallPlan, Placement, Plan, PoolPlan, RolePlan, St
 ROLLOUT = s.RolloutSettings(engine="hf", n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, tp=1,
                             memory_fraction=0.5, dtype="float32")
 OPTIM = s.OptimSettings(lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, grad_clip=1.0)
-ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, entropy_coeff=0.0, optim=OPTIM,
-                        gradient_checkpointing=False)
-REF = s.RefSettings(dtype="float32", strategy="ddp", micro_batch=None)
+ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, entropy_coeff=0.0,
+                        optim=OPTIM, gradient_checkpointing=False, lora=None, param_offload=False,
+                        optimizer_offload=False)
+REF = s.RefSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, param_offload=False)
 ACTOR_UPDATE = s.ActorUpdateSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=None,
+                                     micro_batch_tokens=None,
                                      loss_agg="token-mean", clip_low=0.2, clip_high=0.2, clip_c=3.0, kl_coef=0.001,
-                                     kl_kind="low_var_kl", policy_loss="vanilla", entropy_coeff=0.0, temperature=1.0)
+                                     kl_kind="low_var_kl", policy_loss="vanilla", entropy_coeff=0.0, temperature=1.0,
+                                     tis="off", tis_cap=2.0, user_loss=None)
 
 
 def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollout_replicas: int = 1,
@@ -43,9 +46,9 @@ def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollo
         CallPlan("exact", "exact", "reward", "exact", None, None, [["responses", "responses"]], [["scores", "scores"]], {}, 2,
                  s.NoSettings()),
         CallPlan("actor.log_prob", "actor.log_prob", "role", "actor", "log_prob", "actor",
-                 [["responses", "responses"]], [["log_prob", "old_log_prob"]], {}, 2, s.LogProbSettings(1.0, None)),
+                 [["responses", "responses"]], [["log_prob", "old_log_prob"]], {}, 2, s.LogProbSettings(1.0, None, None)),
         CallPlan("ref.log_prob", "ref.log_prob", "role", "ref", "log_prob", "ref",
-                 [["responses", "responses"]], [["ref_log_prob", "ref_log_prob"]], {}, 2, s.LogProbSettings(1.0, None)),
+                 [["responses", "responses"]], [["ref_log_prob", "ref_log_prob"]], {}, 2, s.LogProbSettings(1.0, None, None)),
         CallPlan("grpo_advantage", "grpo_advantage", "transform", "grpo_advantage", None, None,
                  [["rewards", "scores"]], [["advantages", "advantages"]], {"epsilon": 1e-6, "norm_by_std": True}, 3,
                  s.GrpoSettings(epsilon=1e-6, norm_by_std=True)),
@@ -63,12 +66,12 @@ def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollo
     ]
     return Plan(
         spec="<test>", pools=pools, roles=roles, placements=placements, rewards={"exact": reward},
-        reward_settings={"exact": s.RewardSettings(max_invalid_fraction=0.0, timeout_s=60.0, batched=False)},
+        reward_settings={"exact": s.RewardSettings(max_invalid_fraction=0.0, timeout_s=60.0, batched=False, workers=1)},
         calls=calls, syncs=[["actor", "rollout"]], schedule=schedule,
         data=s.DataSettings(train="builtin:arith/train", val="builtin:arith/val", batch_size=batch_size,
                             max_prompt_length=64, shuffle=True, val_batch_size=256),
         train=s.TrainSettings(steps=steps, seed=0, validate_every=0, val_samples=1, checkpoint_every=0,
                               keep_checkpoints=2, deterministic=False, max_failures=0,
-                              samples_every=0),
+                              samples_every=0, staleness=0, loggers=("console",)),
         models={"policy": {"path": model_path}},
     )

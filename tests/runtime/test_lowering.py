@@ -17,7 +17,7 @@ from rlgraph.runtime.roles import worker_specs
 from .plans import REF, ROLLOUT, grpo_plan
 
 TRAIN = s.TrainSettings(steps=1, seed=0, validate_every=0, val_samples=1, checkpoint_every=0, keep_checkpoints=1,
-                        deterministic=False, max_failures=0, samples_every=0)
+                        deterministic=False, max_failures=0, samples_every=0, staleness=0, loggers=("console",))
 
 
 def plan_with(devices: int) -> Plan:
@@ -51,10 +51,13 @@ def test_every_process_owns_one_bundle_with_all_its_devices():
 
 
 def test_a_tp_group_is_one_process_that_holds_its_devices(ray_session, arith_model):
+    from .faults import UnbuiltDeviceProcess
+
     plan = tp_plan(arith_model)
     lowered = Lowered()
     try:
-        lower(plan, worker_specs(plan, {"rollout": arith_model}), lowered, timeout_s=60)
+        lower(plan, worker_specs(plan, {"rollout": arith_model}), lowered, timeout_s=60,
+              process_class=UnbuiltDeviceProcess)
         where = ray.get(lowered.processes["rollout/0"].where.remote())
         assert where["resources"].get("CPU") == 2.0  # both devices of the tp group, in one bundle
         assert len(lowered.processes) == 1

@@ -55,9 +55,9 @@ def reward_fn(tmp_path, monkeypatch):
     return make
 
 
-def guarded(fn: str, max_invalid_fraction: float = 0.0, timeout_s: float = 30.0) -> RuleReward:
-    """As the runtime builds it: in a process of its own."""
-    return RuleReward(fn, max_invalid_fraction=max_invalid_fraction, timeout_s=timeout_s)
+def guarded(fn: str, max_invalid_fraction: float = 0.0, timeout_s: float = 30.0, workers: int = 1) -> RuleReward:
+    """As the runtime builds it: in processes of its own."""
+    return RuleReward(fn, max_invalid_fraction=max_invalid_fraction, timeout_s=timeout_s, workers=workers)
 
 
 def test_a_nan_score_is_an_error_naming_the_reward_the_row_and_the_value(reward_fn):
@@ -107,8 +107,10 @@ def test_an_allowed_share_of_unscored_rows_is_counted_and_left_out_of_the_estima
         over.run(plan.call("exact"), {}, batch, "step 2")
 
 
-def test_a_blocking_reward_times_out_naming_the_row(reward_fn):
-    reward = guarded(reward_fn("time.sleep(3600) if row == 3 else None\n    return 1.0"), timeout_s=0.5)
+@pytest.mark.parametrize("workers", [1, 3])  # 3: row 3 is the second row of the first process
+def test_a_blocking_reward_times_out_naming_the_row(reward_fn, workers):
+    reward = guarded(reward_fn("time.sleep(3600) if row == 3 else None\n    return 1.0"), timeout_s=0.5,
+                     workers=workers)
     started = time.perf_counter()
     with pytest.raises(RunError) as info:
         scored("exact", reward, rollout(), "step 2")
@@ -116,11 +118,12 @@ def test_a_blocking_reward_times_out_naming_the_row(reward_fn):
     text = str(info.value)
     assert text.startswith("reward `exact` failed in step 2: ")
     assert "took longer than timeout_s = 0.5 s on row 3" in text and "prompt='3+1='" in text
-    assert reward._process.proc is None  # stopped, not left running
+    assert all(process.proc is None for process in reward._process.processes)  # stopped, not left running
 
 
-def test_a_reward_that_exits_its_process_is_reported_with_the_row(reward_fn):
-    reward = guarded(reward_fn("os._exit(1) if row == 2 else None\n    return 1.0"))
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_reward_that_exits_its_process_is_reported_with_the_row(reward_fn, workers):
+    reward = guarded(reward_fn("os._exit(1) if row == 2 else None\n    return 1.0"), workers=workers)
     with pytest.raises(RunError) as info:
         scored("exact", reward, rollout(), "step 1")
     text = str(info.value)

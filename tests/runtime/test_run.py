@@ -60,5 +60,6 @@ def test_each_cpu_spec_trains_two_steps(spec, run_cli, arith_model, tmp_path):
     recomputes = any(c["method"] == "log_prob" and c["target"] == "actor" for c in plan["calls"])
     assert ("timing_s/old_log_prob" in records[-1]) == recomputes
     assert (run_dir / "spec" / spec).is_file() and (run_dir / "overrides.txt").read_text().startswith("train.steps=2")
-    assert (run_dir / "checkpoints" / "step_2" / "actor" / "config.json").is_file()
+    actor = run_dir / "checkpoints" / "step_2" / "actor"
+    assert (actor / ("adapter_config.json" if "lora" in spec else "config.json")).is_file()  # LoRA: peft's format
     assert (run_dir / "curves.png").is_file()

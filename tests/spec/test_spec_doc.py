@@ -56,6 +56,8 @@ def _type(t) -> str:
         return " \\| ".join(f"`{o}`" for o in t.options)
     if isinstance(t, schema.Ref):
         return f"{t.target} name"
+    if isinstance(t, schema.FieldNames):
+        return "list of field names (`[scores]`)"
     if isinstance(t, schema.ListOf):
         size = f"{t.length} " if t.length is not None else ""
         return f"list of {size}({_type(t.item)})"

@@ -46,21 +46,26 @@ def make_items(prompts: list[str], tokenizer, answers: list[str] | None = None) 
 
 _OPTIM_FIELDS = ("lr", "betas", "weight_decay", "warmup_steps", "grad_clip")
 _OPTIM = s.OptimSettings(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, grad_clip=1.0)
-_ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, entropy_coeff=0.0, optim=_OPTIM,
-                         gradient_checkpointing=False)
-_CRITIC = s.CriticSettings(dtype="float32", strategy="ddp", micro_batch=None, head="value",
-                           optim=dataclasses.replace(_OPTIM, lr=1e-5), gradient_checkpointing=False)
-_REF = s.RefSettings(dtype="float32", strategy="ddp", micro_batch=None)
-_REWARD_MODEL = s.RewardModelSettings(dtype="float32", micro_batch=None, retokenize=False)
+_ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, entropy_coeff=0.0,
+                         optim=_OPTIM, gradient_checkpointing=False, lora=None, param_offload=False,
+                         optimizer_offload=False)
+_CRITIC = s.CriticSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, head="value",
+                           optim=dataclasses.replace(_OPTIM, lr=1e-5), gradient_checkpointing=False,
+                           param_offload=False, optimizer_offload=False)
+_REF = s.RefSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, param_offload=False)
+_REWARD_MODEL = s.RewardModelSettings(dtype="float32", micro_batch=None, micro_batch_tokens=None, retokenize=False)
 _ROLLOUT = s.RolloutSettings(engine="hf", n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, tp=1,
                              memory_fraction=0.5, dtype="float32")
 _GENERATE = s.GenerateSettings(n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, keep_log_probs=False)
-_LOG_PROB = s.LogProbSettings(temperature=1.0, micro_batch=None)
-_FORWARD = s.ForwardSettings(micro_batch=None)
-_UPDATE = s.ActorUpdateSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=None, loss_agg="token-mean",
+_LOG_PROB = s.LogProbSettings(temperature=1.0, micro_batch=None, micro_batch_tokens=None)
+_FORWARD = s.ForwardSettings(micro_batch=None, micro_batch_tokens=None)
+_UPDATE = s.ActorUpdateSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=None,
+                                micro_batch_tokens=None, loss_agg="token-mean",
                                 clip_low=0.2, clip_high=0.2, clip_c=3.0, kl_coef=0.0, kl_kind="k3",
-                                policy_loss="vanilla", entropy_coeff=0.0, temperature=1.0)
+                                policy_loss="vanilla", entropy_coeff=0.0, temperature=1.0, tis="off", tis_cap=2.0,
+                                user_loss=None)
 _CRITIC_UPDATE = s.CriticUpdateSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=None,
+                                        micro_batch_tokens=None,
                                         loss_agg="token-mean", clip=0.5)
 
 

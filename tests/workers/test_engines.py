@@ -33,7 +33,7 @@ def test_registry_names_every_engine_by_its_capabilities():
         assert isinstance(capabilities, EngineCapabilities) and capabilities.name == name
     assert HFEngine.capabilities == EngineCapabilities("hf", max_tp=1, kept_log_probs=True, memory_fraction=False,
                                                        release_memory=True)
-    with pytest.raises(ValueError, match="unknown rollout engine 'vllm'; this runtime has: hf"):
+    with pytest.raises(ValueError, match="unknown rollout engine 'vllm'; this runtime has: hf, sglang"):
         engine_class("vllm")
 
 

@@ -6,17 +6,25 @@ what an earlier stage reported, a later pass skips.
 """
 
 from rlgraph.compiler.passes.algorithm import algorithm
+from rlgraph.compiler.passes.asynchrony import asynchrony
 from rlgraph.compiler.passes.batch import batch
 from rlgraph.compiler.passes.dataflow import dataflow
+from rlgraph.compiler.passes.offload import offload
 from rlgraph.compiler.passes.resolve import resolve
 from rlgraph.compiler.passes.roles import roles
 from rlgraph.compiler.passes.runtime_support import runtime_support
+from rlgraph.compiler.passes.sampling import sampling
+from rlgraph.compiler.passes.user_functions import user_functions
 
 PASSES = (
     resolve,    # names: models, pools, roles, places
     dataflow,   # fields: produced once, used, acyclic, of the right kind
     roles,      # trained roles updated once from the right inputs; every role called
     algorithm,  # estimators, KL, weight syncs
+    user_functions,  # declared transforms and losses: own names and arguments, each used
     batch,      # prompts × n split evenly over replicas, mini- and micro-batches
+    offload,    # a trained role's param_offload on sharded parameters
+    asynchrony,  # train.staleness > 0: a rollout on devices of its own, synced from the policy
+    sampling,   # several generate calls (one trained rollout), filter_groups, overlong_penalty
     runtime_support,  # only what rlgraph's runtime implements (warnings; `run` refuses some)
 )

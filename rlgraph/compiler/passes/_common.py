@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from rlgraph.compiler.builtins import REWARD_CALL, ROLE_METHODS, TRANSFORMS, Signature
+from rlgraph.compiler.builtins import REWARD_CALL, ROLE_METHODS, TRANSFORMS, Signature, user_signature
 from rlgraph.compiler.graph import CallNode, StepGraph
 from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.spec import ast
@@ -21,7 +21,7 @@ KIND_NAMES = {"prompts": "prompts", "responses": "generated responses", "token":
 
 def signature_of(node: CallNode) -> Signature | None:
     if node.kind == "transform":
-        return TRANSFORMS.get(node.target)
+        return user_signature(node.user) if node.user is not None else TRANSFORMS.get(node.target)
     if node.kind == "reward":
         return REWARD_CALL
     return ROLE_METHODS.get(node.role_kind or "", {}).get(node.method or "")
@@ -78,9 +78,34 @@ def is_call(role_kind: str, method: str, target: str | None = None) -> Callable[
                       and (target is None or n.target == target))
 
 
+def kept_log_probs(graph: StepGraph) -> list[tuple[CallNode, str]]:
+    """(generate call, field) for each generate that keeps its samples' log-probs (`-> responses, NAME`)."""
+    return [(call, name) for call in graph.calls() if is_call("rollout", "generate")(call)
+            for port, name in call.outputs if port == "log_prob"]
+
+
+def tis_reads(graph: StepGraph) -> set[str]:
+    """The kept log-probs that an `actor.update(tis = ...)` reads from the rollout, without naming them."""
+    if not any(is_call("actor", "update")(call) and (call.kwargs.get("tis") or "off") != "off"
+               for call in graph.calls()):
+        return set()
+    return {name for _, name in kept_log_probs(graph)}
+
+
 # The advantage estimators: the transforms whose first output is `advantages`.
 ESTIMATORS = tuple(name for name, sig in TRANSFORMS.items() if sig.outputs and sig.outputs[0].name == "advantages")
 
 
 def is_estimator(node: CallNode) -> bool:
-    return node.kind == "transform" and node.target in ESTIMATORS
+    """A built-in estimator, or a user transform declared with `advantages` as its first output."""
+    if node.kind != "transform":
+        return False
+    return node.user.outputs[:1] == ("advantages",) if node.user is not None else node.target in ESTIMATORS
+
+
+def samples_per_prompt(program: Program, generate: CallNode) -> int:
+    """The `n` of a generate call: its own argument, else its rollout's."""
+    if generate.kwargs.get("n") is not None:
+        return generate.kwargs["n"]
+    role = program.roles.get(generate.target)
+    return role.get("n", 1) if role is not None else 1

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rlgraph.compiler.builtins import GROUP_ESTIMATORS
 from rlgraph.compiler.graph import CallNode, StepGraph, SyncEdge
-from rlgraph.compiler.passes._common import expect_producer, is_call, is_estimator, quoted
+from rlgraph.compiler.passes._common import expect_producer, is_call, is_estimator, quoted, samples_per_prompt
+from rlgraph.contract.rollouts import FILTER_GROUPS, trained_generate
 from rlgraph.compiler.topology import model_of, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.spec import ast
@@ -21,7 +22,7 @@ def algorithm(program: Program, graph: StepGraph) -> list[Diagnostic]:
             out += expect_producer(graph, node, "values", "the values of a critic", is_call("critic", "values"),
                                    f"pass the output of `responses -> {critic}.values -> values`, or use an "
                                    "estimator without a critic, such as `grpo_advantage`")
-        if node.target in GROUP_ESTIMATORS:
+        if node.target in GROUP_ESTIMATORS or node.target == FILTER_GROUPS:
             out += _group_size(program, graph, node)
         if node.target == "kl_penalty":
             out += _kl_inputs(program, graph, node)
@@ -29,33 +30,39 @@ def algorithm(program: Program, graph: StepGraph) -> list[Diagnostic]:
 
 
 def _group_size(program: Program, graph: StepGraph, node: CallNode) -> list[Diagnostic]:
-    upstream = graph.upstream(node.id)
-    out = []
-    for call in graph.generate_calls():
-        role = program.roles.get(call.target)
-        if call.id not in upstream or role is None:
-            continue
-        if role.get("n", 1) >= 2:
-            out += _greedy_group(node, role)
-            continue
-        n, defaulted = role.get("n", 1), not role.is_set("n")
-        out.append(error(
-            "algorithm", f"`{node.label}` compares the samples of each prompt, but rollout `{role.name}` draws only "
-            f"{n} sample per prompt" + (" (`n` defaults to 1)" if defaulted else ""), role.span_of("n"),
-            (f"add `n = 4` (or more) to role `{role.name}`" if defaulted else "set n = 4 or more")
-            + ": a group needs at least 2 samples of one prompt",
-            label=f"{n} sample per prompt", notes=[(f"`{node.label}` is called", node.span)]))
-    return out
-
-
-def _greedy_group(node: CallNode, role: Decl) -> list[Diagnostic]:
-    # Greedy decoding gives one answer n times: each sample equals its group's mean, so no advantage is non-zero.
-    if role.get("temperature", 1.0) != 0:
+    """`node` compares the samples of one prompt: the trained rollout's `n` (the call's own, else its role's)."""
+    call = trained_generate(graph.calls())
+    role = program.roles.get(call.target) if call is not None else None
+    if role is None or call.id not in graph.upstream(node.id):
         return []
+    own = call.kwargs.get("n") is not None  # `generate(n = ...)` of this call
+    n = samples_per_prompt(program, call)
+    if n >= 2:
+        return _greedy_group(node, role, call)
+    defaulted = not own and not role.is_set("n")
+    where = f"`{call.label}`" if own else f"rollout `{role.name}`"
+    return [error(
+        "algorithm", f"`{node.label}` compares the samples of each prompt, but {where} draws only "
+        f"{n} sample per prompt" + (" (`n` defaults to 1)" if defaulted else ""),
+        call.kwarg_spans["n"] if own else role.span_of("n"),
+        (f"add `n = 4` (or more) to role `{role.name}`" if defaulted else "set n = 4 or more")
+        + ": a group needs at least 2 samples of one prompt",
+        label=f"{n} sample per prompt", notes=[(f"`{node.label}` is called", node.span)])]
+
+
+def _greedy_group(node: CallNode, role: Decl, call: CallNode) -> list[Diagnostic]:
+    # Greedy decoding gives one answer n times: each sample equals its group's mean, so no advantage is non-zero.
+    own = call.kwargs.get("temperature") is not None
+    temperature = call.kwargs["temperature"] if own else role.get("temperature", 1.0)
+    if temperature != 0:
+        return []
+    n = call.kwargs.get("n") or role.get("n", 1)
     return [warning(
-        "greedy-group", f"`{node.label}` compares the samples of each prompt, but rollout `{role.name}` decodes "
-        f"greedily (temperature = 0): its {role.get('n', 1)} samples of a prompt are the same, so every "
-        "advantage is zero and the policy never learns", role.span_of("temperature"),
+        "greedy-group", f"`{node.label}` compares the samples of each prompt, but "
+        f"{f'`{call.label}`' if own else f'rollout `{role.name}`'} decodes "
+        f"greedily (temperature = 0): its {n} samples of a prompt are the same, so every "
+        "advantage is zero and the policy never learns",
+        call.kwarg_spans["temperature"] if own else role.span_of("temperature"),
         "set temperature = 1.0 (or anything above 0) so that the samples of a prompt differ",
         label="greedy: every sample alike", notes=[(f"`{node.label}` is called", node.span)])]
 

@@ -4,7 +4,8 @@
 a step has batch_size·n samples, spread over each role's data-parallel replicas
 (generation spreads the prompts). An update's `minibatch` counts prompts, like
 verl's ppo_mini_batch_size; a role's `micro_batch` counts samples per device per
-forward pass, like verl's *_micro_batch_size_per_gpu.
+forward pass, like verl's *_micro_batch_size_per_gpu, and its `micro_batch_tokens`
+is a token budget per pass instead, like verl's *_max_token_len_per_gpu.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 from math import gcd
 
 from rlgraph.compiler.graph import CallNode, StepGraph
-from rlgraph.compiler.passes._common import quoted
+from rlgraph.compiler.passes._common import quoted, samples_per_prompt
+from rlgraph.contract.rollouts import trained_generate
 from rlgraph.compiler.topology import dp_size, root_of, tp_of
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.spec.program import Decl, Program
@@ -22,18 +24,18 @@ SUGGESTED_MICRO_BATCH = 8  # samples per device per pass that the hint suggests 
 
 
 def batch(program: Program, graph: StepGraph) -> list[Diagnostic]:
-    generates = graph.generate_calls()
+    generate = trained_generate(graph.calls())
     prompts = program.data.get("batch_size") if program.data is not None else None
-    if not generates or not isinstance(prompts, int) or prompts < 1:
+    if generate is None or not isinstance(prompts, int) or prompts < 1:
         return []  # no data or no rollout: reported by other passes
-    rollout = program.roles.get(generates[0].target)
-    n = rollout.get("n", 1) if rollout is not None else 1
+    rollout = program.roles.get(generate.target)
+    n = samples_per_prompt(program, generate)  # the trained rollout's: what every role call after it gets
     out = _over_replicas(program, graph, prompts, n)
     for node in graph.calls():
         role = program.roles.get(node.target) if node.kind == "role" else None
         if node.method == "update" and role is not None and role.kind is not None:
             out += _update(program, node, role, prompts, n)
-    return out + _unset_micro_batch(program, graph, prompts, n)
+    return out + _unset_micro_batch(program, graph, prompts, n) + _token_budget(program, graph, rollout)
 
 
 def _over_replicas(program: Program, graph: StepGraph, prompts: int, n: int) -> list[Diagnostic]:
@@ -122,6 +124,8 @@ def _unset_micro_batch(program: Program, graph: StepGraph, prompts: int, n: int)
         role = program.roles.get(name)
         if role is None or "micro_batch" not in ROLE_KEYS.get(role.kind, {}) or role.get("micro_batch") is not None:
             continue
+        if role.get("micro_batch_tokens") is not None:
+            continue
         pool = program.pools.get(root_of(program, role).get("pool"))
         dp = dp_size(program, role)
         if pool is None or pool.get("device") != "gpu" or prompts * n % dp:
@@ -142,6 +146,36 @@ def _unset_micro_batch(program: Program, graph: StepGraph, prompts: int, n: int)
             "vocabulary) grows with the samples of one pass; set `micro_batch` (samples per device per pass, like "
             f"verl's ppo_micro_batch_size_per_gpu), e.g. `micro_batch = {suggestion}`",
             label=f"{biggest} samples per pass"))
+    return out
+
+
+def _token_budget(program: Program, graph: StepGraph, rollout: Decl | None) -> list[Diagnostic]:
+    """`micro_batch_tokens` holds at least one whole sequence, and is not set beside `micro_batch`.
+
+    Both set would be ambiguous (verl's use_dynamic_bsz silently ignores the sample count): an error."""
+    out = []
+    prompt_length = program.data.get("max_prompt_length")
+    new_tokens = rollout.get("max_new_tokens") if rollout is not None else None
+    for name in dict.fromkeys(node.target for node in graph.calls() if node.kind == "role"):
+        role = program.roles.get(name)
+        budget = role.get("micro_batch_tokens") if role is not None else None
+        if not isinstance(budget, int):
+            continue
+        span = role.span_of("micro_batch_tokens")
+        if role.get("micro_batch") is not None:
+            out.append(error(
+                "token-budget", f"`{name}` sets both micro_batch = {role.get('micro_batch')} samples and "
+                f"micro_batch_tokens = {budget} tokens per forward pass", span,
+                "a micro-batch is either a number of samples (`micro_batch`, like verl's ppo_micro_batch_size_per_gpu) "
+                "or a token budget (`micro_batch_tokens`, like verl's use_dynamic_bsz with ppo_max_token_len_per_gpu): "
+                "keep one", label="and micro_batch"))
+        if isinstance(prompt_length, int) and isinstance(new_tokens, int) and budget < prompt_length + new_tokens:
+            longest = prompt_length + new_tokens
+            out.append(error(
+                "token-budget", f"micro_batch_tokens = {budget} is less than one whole sequence: data.max_prompt_length "
+                f"= {prompt_length} + max_new_tokens = {new_tokens} of `{rollout.name}` = {longest} tokens", span,
+                f"a forward pass holds at least one whole row (prompt + response): use micro_batch_tokens >= {longest}, "
+                f"e.g. {4 * longest} (4 rows of the longest length per pass)", label=f"{longest} tokens per row"))
     return out
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rlgraph.compiler.builtins import DATA_FIELDS
 from rlgraph.compiler.graph import StepGraph
-from rlgraph.compiler.passes._common import (KIND_NAMES, field_span, quoted, signature_of, written_flows,
-                                             written_inputs, written_outputs)
+from rlgraph.compiler.passes._common import (KIND_NAMES, field_span, quoted, signature_of, tis_reads,
+                                             written_flows, written_inputs, written_outputs)
 from rlgraph.diagnostics import Diagnostic, Span, error, warning
 from rlgraph.spec.program import Program
 from rlgraph.spec.validate import did_you_mean
@@ -76,7 +76,7 @@ def _produced_twice(graph: StepGraph) -> list[Diagnostic]:
 
 
 def _unused(program: Program, graph: StepGraph) -> list[Diagnostic]:
-    used = {name for node in graph.calls() for _, name in node.inputs} | written_inputs(program)
+    used = {name for node in graph.calls() for _, name in node.inputs} | written_inputs(program) | tis_reads(graph)
     misspelled = used - set(graph.producers()) - set(DATA_FIELDS)  # their error already suggests the name
     out = []
     for node in graph.calls():

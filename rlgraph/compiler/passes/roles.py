@@ -4,7 +4,8 @@ declared role is called."""
 from __future__ import annotations
 
 from rlgraph.compiler.graph import CallNode, StepGraph
-from rlgraph.compiler.passes._common import expect_producer, field_span, is_call, is_estimator, written_calls
+from rlgraph.compiler.passes._common import (expect_producer, field_span, is_call, is_estimator, kept_log_probs,
+                                             written_calls)
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.spec.program import Decl, Program
 from rlgraph.spec.schema import TRAINED_KINDS
@@ -72,7 +73,8 @@ def _actor_update(program: Program, graph: StepGraph, node: CallNode) -> list[Di
                           f"pass the output of `responses -> {actor}.log_prob -> old_log_prob`, or keep them "
                           f"from a rollout synced from `{actor}`: `generate -> responses, old_log_prob`")
     out += expect_producer(graph, node, "advantages", "the output of an advantage estimator", is_estimator,
-                           "pass the `advantages` of an estimator such as `gae` or `grpo_advantage`")
+                           "pass the `advantages` of an estimator such as `gae` or `grpo_advantage`, or of a "
+                           "`transform` declared with `outputs = [advantages, ...]`")
     out += expect_producer(graph, node, "ref_log_prob", "the log-probs of a reference policy",
                            is_call("ref", "log_prob"),
                            f"pass the output of `responses -> {refs[0]}.log_prob -> ref_log_prob`")
@@ -91,7 +93,34 @@ def _actor_update(program: Program, graph: StepGraph, node: CallNode) -> list[Di
                            field_span(node, ref_log_prob),
                            f"turn the KL loss on, e.g. `{node.label}(kl_coef = 0.001)`, or drop the input",
                            label="ignored"))
-    return out
+    return out + _tis(graph, node)
+
+
+def _tis(graph: StepGraph, node: CallNode) -> list[Diagnostic]:
+    """TIS weighs by pi_old / mu: it needs mu (the log-probs generate keeps) and is a no-op when pi_old is mu."""
+    tis = node.kwargs.get("tis") or "off"
+    generates = [call for call in graph.calls() if is_call("rollout", "generate")(call)]
+    if tis == "off" or not generates:  # a step that never generates is reported by the dataflow pass
+        return []
+    span = node.kwarg_spans.get("tis", node.span)
+    kept = kept_log_probs(graph)
+    if not kept:
+        generate = generates[0]
+        return [error("algorithm", f"`{node.label}` has tis = {tis}, which weighs each sample by the rollout's "
+                      f"sampling log-probs, but `{generate.label}` does not keep them", span,
+                      f"keep them as a second output: `prompts -> {generate.label} -> {generate.outputs[0][1]}, "
+                      "rollout_log_prob`, or set tis = off", label="needs the rollout's log-probs")]
+    old_log_prob = node.input("old_log_prob")
+    for generate, name in kept:
+        if name == old_log_prob:
+            actor = node.target
+            return [warning("no-effect", f"tis = {tis} has no effect: old_log_prob is `{name}`, the rollout's "
+                            "own sampling log-probs, so every importance weight pi_old / pi_rollout is 1", span,
+                            f"recompute old_log_prob with the trainer, `responses -> {actor}.log_prob -> "
+                            f"old_log_prob`, and keep the rollout's as `{generate.outputs[0][1]}, rollout_log_prob`; "
+                            "or set tis = off", label="every weight is 1",
+                            notes=[(f"`{name}` is kept by `{generate.label}`", field_span(generate, name))])]
+    return []
 
 
 def _critic_update(graph: StepGraph, node: CallNode) -> list[Diagnostic]:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.compiler.passes._common import quoted
-from rlgraph.compiler.runtime_support import ENGINES, GENERATE_CALLS_PER_STEP, ROLE_KINDS, EngineSupport
+from rlgraph.compiler.runtime_support import ENGINES, IN_PLACE_ENGINES, ROLE_KINDS, EngineSupport
 from rlgraph.compiler.topology import dp_size, model_of, root_of
 from rlgraph.diagnostics import Diagnostic, warning
 from rlgraph.spec.program import Decl, Program
@@ -19,7 +19,7 @@ from rlgraph.spec.schema import TRAINED_KINDS
 
 # The codes of this pass that `rlgraph run` refuses: the runtime cannot do what the spec asks.
 REFUSES_RUN = frozenset({"kind-not-implemented", "engine-not-implemented", "tp-not-implemented",
-                         "log-probs-not-implemented", "several-generate-calls"})
+                         "log-probs-not-implemented", "lora-not-implemented"})
 
 
 def refusal(diagnostics: Iterable[Diagnostic]) -> str:
@@ -31,8 +31,7 @@ def refusal(diagnostics: Iterable[Diagnostic]) -> str:
 
 
 def runtime_support(program: Program, graph: StepGraph, engines: Mapping[str, EngineSupport] = ENGINES,
-                    role_kinds: tuple[str, ...] = ROLE_KINDS,
-                    generate_calls: int = GENERATE_CALLS_PER_STEP) -> list[Diagnostic]:
+                    role_kinds: tuple[str, ...] = ROLE_KINDS) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     for role in program.roles.values():
         if role.kind is not None and role.kind not in role_kinds:
@@ -42,8 +41,8 @@ def runtime_support(program: Program, graph: StepGraph, engines: Mapping[str, En
         elif role.kind == "rollout":
             out += _rollout(program, graph, role, engines)
         elif role.kind in TRAINED_KINDS:
-            out += _strategy(program, role)
-    return out + _generate_calls(graph, generate_calls)
+            out += _strategy(program, role) + _lora_sharded(program, role)
+    return out
 
 
 def _rollout(program: Program, graph: StepGraph, role: Decl, engines: Mapping[str, EngineSupport]) -> list[Diagnostic]:
@@ -74,7 +73,7 @@ def _rollout(program: Program, graph: StepGraph, role: Decl, engines: Mapping[st
     if role.is_set("memory_fraction") and not engine.memory_fraction:
         out.append(_ignored(role, "memory_fraction", f"engine {name} takes the memory it needs",
                             "remove `memory_fraction`"))
-    host = _in_place_host(program, graph, role)
+    host = _in_place_host(program, graph, role) if name in IN_PLACE_ENGINES else None
     if host is not None:
         out += _in_place(program, graph, role, host)
     return out
@@ -117,15 +116,15 @@ def _strategy(program: Program, role: Decl) -> list[Diagnostic]:
                      "more replicas")]
 
 
+def _lora_sharded(program: Program, role: Decl) -> list[Diagnostic]:
+    if not (role.get("lora") or {}).get("rank") or role.get("strategy") != "fsdp" or dp_size(program, role) < 2:
+        return []
+    return [warning("lora-not-implemented", f"this runtime trains LoRA adapters only on unsharded models, but "
+                    f"`{role.name}` shards its model (strategy = fsdp)", role.span_of("lora.rank"),
+                    "`rlgraph run` refuses the spec; use `strategy = ddp` (the adapters' grads and Adam state are "
+                    "small: the frozen base is most of the memory)", label="not implemented")]
+
+
 def _ignored(role: Decl, key: str, why: str, hint: str) -> Diagnostic:
     return warning("setting-ignored", f"this runtime ignores `{key}` of `{role.name}`: {why}", role.span_of(key),
                    hint, label="ignored")
-
-
-def _generate_calls(graph: StepGraph, allowed: int) -> list[Diagnostic]:
-    calls = graph.generate_calls()
-    return [warning("several-generate-calls", f"the step calls generate {len(calls)} times, but this runtime's "
-                    f"step driver runs {allowed} per step", call.span,
-                    "`rlgraph run` refuses the spec; keep one `generate` (more samples per prompt: raise `n`)",
-                    label="not implemented", notes=[("the step's generate", calls[0].span)])
-            for call in calls[allowed:]]

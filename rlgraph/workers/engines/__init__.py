@@ -10,6 +10,7 @@ from rlgraph.workers.engines.base import Engine, EngineCapabilities, Generation,
 
 ENGINES: dict[str, str] = {
     "hf": "rlgraph.workers.engines.hf:HFEngine",
+    "sglang": "rlgraph.workers.engines.sglang:SGLangEngine",  # GPU only; the `sglang` extra
 }
 
 

@@ -9,6 +9,8 @@ This module imports neither torch nor transformers, so the registry and the capa
 
 from __future__ import annotations
 
+import json
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -71,13 +73,19 @@ class Engine(ABC):
     pad_token_id: int
 
     @classmethod
+    def check_installed(cls) -> None:
+        """Raise ImportError, naming what to install, when the engine's own packages are missing. Pre-flight
+        calls it before Ray starts; an engine that needs nothing beyond the `run` extra has nothing to check."""
+
+    @classmethod
     @abstractmethod
     def from_pretrained(cls, model_path: str, *, dtype: str, device: str | None,
-                        memory_fraction: float | None) -> Engine:
+                        memory_fraction: float | None, tp: int = 1) -> Engine:
         """An engine that owns its weights, loaded from a local HF folder (or `builtin:` model).
 
         `memory_fraction`: the share of the device it may take (weights + KV cache), for engines whose
-        capabilities say they honour it; the others ignore it. None: the engine's own default."""
+        capabilities say they honour it; the others ignore it. None: the engine's own default.
+        `tp`: the devices one replica spans (at most `capabilities.max_tp`)."""
 
     @abstractmethod
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, seed: int | None = None,
@@ -96,3 +104,47 @@ class Engine(ABC):
     @abstractmethod
     def resume_memory(self) -> None:
         """Take the device memory back after `release_memory`; a no-op when nothing was released."""
+
+
+# --- a checkpoint's conventions, shared by every engine ---
+
+
+def as_id_list(ids: int | list[int] | None) -> list[int]:
+    """An `eos_token_id` as configs write it (one id, a list, or none) -> a list."""
+    if ids is None:
+        return []
+    return [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
+
+
+def stop_token_ids(tokenizer_eos: int | list[int] | None, shipped_eos: int | list[int] | None) -> list[int]:
+    """The ids that end a response: the tokenizer's EOS, then every other end-of-turn id the model ships in its
+    generation config (chat models end a turn with one, e.g. Llama 3's <|eot_id|>). The first of any ends it."""
+    ids = as_id_list(tokenizer_eos)
+    return ids + [i for i in as_id_list(shipped_eos) if i not in ids]
+
+
+def shipped_eos_ids(model_folder: str) -> list[int]:
+    """`eos_token_id` of the folder's generation_config.json (an int or a list); [] without one."""
+    path = os.path.join(model_folder, "generation_config.json")
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as file:
+        return as_id_list(json.load(file).get("eos_token_id"))
+
+
+def pad_token_id(tokenizer: Any, stop_ids: list[int]) -> int:
+    """The tokenizer's pad token, else the first stop token (verl's and TRL's fallback). Padding is never read
+    back as a token: every mask comes from lengths, so a pad that equals EOS changes nothing."""
+    if not stop_ids:
+        raise ValueError("the tokenizer has no eos token and the model's generation_config lists none: "
+                         "set `eos_token_id` in the model folder's generation_config.json")
+    pad = tokenizer.pad_token_id
+    return pad if pad is not None else stop_ids[0]
+
+
+def check_weight_names(names: Iterable[str], known: set[str]) -> None:
+    """A weight sync whose names the rollout model lacks came from another architecture: say so, not load half."""
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise ValueError(f"the rollout model has no parameter named {', '.join(unknown[:5])}"
+                         f"{' ...' if len(unknown) > 5 else ''}: the weights come from another architecture")

@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from rlgraph.workers.engines.base import Engine, EngineCapabilities, Generation, SamplingParams
+from rlgraph.workers.engines.base import (Engine, EngineCapabilities, Generation, SamplingParams, as_id_list,
+                                          check_weight_names, pad_token_id, stop_token_ids)
 from rlgraph.workers.rollout import left_pad, mask_after_eos
 
 
@@ -34,17 +35,21 @@ class HFEngine(Engine):
         self.synced = False  # set on a sharded (FSDP) module: every rank steps until all ranks are done
         self.released = False
         self.offloaded_from: torch.device | None = None  # where release_memory took the weights from
-        self.eos_token_ids = _eos_ids(module, tokenizer) if eos_token_id is None else _as_list(eos_token_id)
-        pad = tokenizer.pad_token_id
-        self.pad_token_id = pad if pad is not None else (self.eos_token_ids[0] if self.eos_token_ids else None)
-        if self.pad_token_id is None or not self.eos_token_ids:
-            raise ValueError("the tokenizer needs an eos token (and a pad token, or eos is used as pad)")
+        if eos_token_id is None:  # from_pretrained read the folder's generation_config.json into the module
+            shipped = getattr(getattr(module, "generation_config", None), "eos_token_id", None)
+            self.eos_token_ids = stop_token_ids(tokenizer.eos_token_id, shipped)
+        else:
+            self.eos_token_ids = as_id_list(eos_token_id)
+        self.pad_token_id = pad_token_id(tokenizer, self.eos_token_ids)
 
     @classmethod
     def from_pretrained(cls, model_path: str, *, dtype: str | torch.dtype = "float32", device: str | None = None,
-                        memory_fraction: float | None = None) -> HFEngine:
+                        memory_fraction: float | None = None, tp: int = 1) -> HFEngine:
         """`memory_fraction` is ignored: HF allocates the KV cache per call, as it goes."""
         from rlgraph.workers.loading import as_dtype, default_device, load_causal_lm
+
+        if tp > cls.capabilities.max_tp:
+            raise ValueError(f"the hf engine runs on one device; got tp = {tp}")
 
         module, tokenizer = load_causal_lm(model_path, as_dtype(dtype), default_device(device))
         module.eval().requires_grad_(False)
@@ -113,10 +118,7 @@ class HFEngine(Engine):
 
     def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:
         state = dict(weights.items() if isinstance(weights, Mapping) else weights)
-        unknown = sorted(set(state) - set(self.module.state_dict()))
-        if unknown:
-            raise ValueError(f"the rollout model has no parameter named {', '.join(unknown[:5])}"
-                             f"{' ...' if len(unknown) > 5 else ''}: the weights come from another architecture")
+        check_weight_names(state, set(self.module.state_dict()))
         self.module.load_state_dict(state, strict=False)
 
     def release_memory(self) -> None:
@@ -175,19 +177,6 @@ class _KeptLogProbs:
             self._gather(responses[:, len(self.picked)])
         self.pending = None
         return torch.stack(self.picked[:generated], dim=1)
-
-
-def _as_list(ids: int | list[int] | None) -> list[int]:
-    if ids is None:
-        return []
-    return [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
-
-
-def _eos_ids(module: torch.nn.Module, tokenizer: Any) -> list[int]:
-    """The tokenizer's EOS, then any other stop tokens the model ships (chat models end turns with one)."""
-    ids = _as_list(tokenizer.eos_token_id)
-    shipped = getattr(getattr(module, "generation_config", None), "eos_token_id", None)
-    return ids + [i for i in _as_list(shipped) if i not in ids]
 
 
 @contextlib.contextmanager

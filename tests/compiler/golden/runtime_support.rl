@@ -16,14 +16,14 @@ role rollout {
   memory_fraction = 0.3  # W: setting-ignored
   dtype = bf16  # W: setting-ignored
 }
-role sampler { kind = rollout  colocate = actor  engine = sglang  n = 4 }  # W: engine-not-implemented
+role sampler { kind = rollout  colocate = actor  engine = vllm  n = 4 }  # W: engine-not-implemented
 reward exact { fn = "rlgraph.tasks.arith:exact_match" }
 
 data { train = "builtin:arith/train"  batch_size = 32 }
 
 step {
   prompts -> rollout.generate -> responses
-  prompts -> sampler.generate -> more  # W: several-generate-calls  # W: unused-field
+  prompts -> sampler.generate -> more  # W: unused-field
   responses -> exact -> scores
   responses -> actor.log_prob -> old_log_prob
   scores -> grpo_advantage -> advantages

@@ -1,0 +1,234 @@
+"""The SGLang engine: SGLang's offline `sglang.Engine` behind rlgraph's engine interface, on GPUs.
+
+UNVERIFIED ON HARDWARE. No machine of this project runs SGLang (it needs CUDA kernels and a torch build of
+its own), so this adapter was written against the source of `python/sglang/srt/entrypoints/engine.py` and
+`srt/sampling/sampling_params.py` and has not generated a token. What runs here: the pure parts below
+(server arguments, sampling parameters, reading SGLang's output dicts), and a test that checks every call
+against the installed package's signatures where sglang imports (tests/workers/test_engine_sglang.py).
+
+What it calls:
+- `sglang.Engine(model_path=, tokenizer_path=, tp_size=, dtype=, mem_fraction_static=, base_gpu_id=,
+  enable_memory_saver=True, enable_weights_cpu_backup=True)`
+- `Engine.generate(input_ids=[[...], ...], sampling_params=[{...}, ...], return_logprob=True)`: one request
+  per sample (each prompt repeated n times, so the n samples of a prompt are adjacent and each has its own
+  `sampling_seed`); the tokens and their log-probs are read from `meta_info["output_token_logprobs"]`,
+  triples (log-prob, token id, text)
+- `Engine.update_weights_from_tensor(named_tensors=[(name, tensor), ...], flush_cache=False)` per bucket, and
+  `Engine.flush_cache()` before the next generation (a prefix cache filled by the old weights is stale)
+- `Engine.release_memory_occupation()` / `Engine.resume_memory_occupation(tags=[...])`
+- `Engine.shutdown()`
+
+Token ids in, token ids out: SGLang never sees text, and the Rollout is built from its token ids by
+`rlgraph.workers.rollout.build_rollout`, as for every engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rlgraph.workers.engines.base import (Engine, EngineCapabilities, Generation, SamplingParams, check_weight_names,
+                                          pad_token_id, shipped_eos_ids, stop_token_ids)
+
+if TYPE_CHECKING:
+    import torch
+
+INSTALL = "pip install 'rlgraph[sglang]'"
+WEIGHTS = "weights"  # SGLang's memory tag of the model weights (sglang.srt.constants.GPU_MEMORY_TYPE_WEIGHTS)
+_TIED_HEAD = "lm_head.weight"  # a trainer sends it; a checkpoint with tied embeddings does not store it
+
+
+class SGLangEngine(Engine):
+    """Samples with SGLang's offline engine, which runs its own scheduler processes on `tp` GPUs.
+
+    It owns a copy of the weights (even colocated with the actor), refreshed by `load_weights`. Memory:
+    `release_memory` frees the weights, the KV cache and the CUDA graphs (SGLang's memory saver, with a CPU
+    copy of the weights); `load_weights` while released takes the weights' memory back first, so a sync
+    between training and generation never holds the KV cache; `resume_memory` takes back the rest.
+    """
+
+    # max_tp: one node's GPUs; this adapter does not set up SGLang's multi-node tensor parallelism
+    capabilities = EngineCapabilities(name="sglang", max_tp=8, kept_log_probs=True, memory_fraction=True,
+                                      release_memory=True)
+
+    def __init__(self, engine: Any, tokenizer: Any, *, eos_token_ids: list[int], weight_names: set[str] | None,
+                 memory_types: Sequence[str]) -> None:
+        self.engine = engine  # a sglang.Engine
+        self.tokenizer = tokenizer
+        self.eos_token_ids = eos_token_ids
+        self.pad_token_id = pad_token_id(tokenizer, eos_token_ids)
+        self.weight_names = weight_names  # the checkpoint's parameter names; None: not known, not checked
+        self.memory_types = tuple(memory_types)  # every tag release_memory_occupation() frees
+        self.released: set[str] = set()  # tags released and not yet resumed
+        self.cache_stale = False  # weights changed since the prefix cache was filled
+
+    @classmethod
+    def check_installed(cls) -> None:
+        try:
+            import sglang  # noqa: F401
+        except Exception as err:  # ImportError, or a CUDA library an installed sglang cannot load
+            raise ImportError(f"engine = sglang needs the sglang package, which does not import here "
+                              f"({type(err).__name__}: {err}). Install it (GPU machines only; it brings its own "
+                              f"torch): {INSTALL}") from None
+
+    @classmethod
+    def from_pretrained(cls, model_path: str, *, dtype: str = "bfloat16", device: str | None = None,
+                        memory_fraction: float | None = None, tp: int = 1) -> SGLangEngine:
+        cls.check_installed()
+        import sglang
+        import torch
+        from sglang.srt.constants import GPU_MEMORY_ALL_TYPES
+
+        from rlgraph.models import resolve_model_path
+        from rlgraph.workers.loading import load_tokenizer
+
+        path = resolve_model_path(model_path)
+        if device is None and torch.cuda.is_available():
+            device = f"cuda:{torch.cuda.current_device()}"  # where the process's workers set theirs
+        args = server_args(path, dtype=dtype, device=device, memory_fraction=memory_fraction, tp=tp)
+        visible = torch.cuda.device_count()
+        if visible < args["base_gpu_id"] + tp:
+            # a colocated replica lives in the process of its first device; Ray shows each process its own GPUs
+            raise ValueError(f"the sglang engine with tp = {tp} needs GPUs cuda:{args['base_gpu_id']} to "
+                             f"cuda:{args['base_gpu_id'] + tp - 1} visible to its process, which sees {visible}. "
+                             "A colocated rollout with tp > 1 spans the devices of several processes: start Ray "
+                             "with RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1, or give the rollout a pool of "
+                             "its own")
+        tokenizer = load_tokenizer(path)
+        engine = sglang.Engine(**args)
+        return cls(engine, tokenizer, eos_token_ids=stop_token_ids(tokenizer.eos_token_id, shipped_eos_ids(path)),
+                   weight_names=checkpoint_weight_names(path), memory_types=GPU_MEMORY_ALL_TYPES)
+
+    # --- generation ---
+
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, seed: int | None = None,
+                 with_log_probs: bool = False) -> Generation:
+        """The log-probs are SGLang's own (by default after the temperature; its SGLANG_RETURN_ORIGINAL_LOGPROB
+        changes that). SGLang honours a sample's seed only in its deterministic-inference mode."""
+        if self.released:
+            raise RuntimeError("the engine's memory is released; call resume_memory() before generate()")
+        if self.cache_stale:
+            self.engine.flush_cache()
+            self.cache_stale = False
+        rows = [list(prompt) for prompt in prompt_ids for _ in range(n)]  # p0 p0 p1 p1 ...: a prompt's n adjacent
+        params = [sampling_params(sampling, self.eos_token_ids, row_seed)
+                  for row_seed in row_seeds(seed, len(rows))]
+        outputs = self.engine.generate(input_ids=rows, sampling_params=params, return_logprob=True)
+        return generation_from_outputs(outputs, self.eos_token_ids, sampling.max_new_tokens, with_log_probs)
+
+    # --- weights and memory ---
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:
+        named = list(weights.items() if isinstance(weights, Mapping) else weights)
+        if self.weight_names is not None:
+            check_weight_names((name for name, _ in named), self.weight_names | {_TIED_HEAD})
+        if WEIGHTS in self.released:
+            self.engine.resume_memory_occupation(tags=[WEIGHTS])
+            self.released.discard(WEIGHTS)
+        result = self.engine.update_weights_from_tensor(named_tensors=named, flush_cache=False)
+        if isinstance(result, tuple) and result and result[0] is False:  # (success, message)
+            raise RuntimeError(f"SGLang did not take the weights: {result[1] if len(result) > 1 else result}")
+        self.cache_stale = True
+
+    def release_memory(self) -> None:
+        if not self.released:
+            self.engine.release_memory_occupation()
+            self.released = set(self.memory_types)
+
+    def resume_memory(self) -> None:
+        if self.released:
+            self.engine.resume_memory_occupation(tags=[t for t in self.memory_types if t in self.released])
+            self.released = set()
+
+    def shutdown(self) -> None:
+        """Stop SGLang's processes (they also stop when this process exits)."""
+        self.engine.shutdown()
+
+
+# --- the pure parts: what goes to SGLang and what comes back ---
+
+
+def server_args(model_folder: str, *, dtype: Any, device: str | None, memory_fraction: float | None,
+                tp: int) -> dict[str, Any]:
+    """`sglang.Engine`'s keyword arguments (its ServerArgs fields)."""
+    device = str(device or "cuda")
+    kind, _, index = device.partition(":")
+    if kind != "cuda":
+        raise ValueError(f"the sglang engine runs on CUDA GPUs, not on {device!r}; use engine = hf there")
+    args: dict[str, Any] = {
+        "model_path": model_folder,
+        "tokenizer_path": model_folder,
+        "tp_size": tp,
+        "dtype": str(dtype).removeprefix("torch."),
+        "base_gpu_id": int(index or 0),
+        # release_memory_occupation needs the memory saver; the CPU copy keeps the weights across a release
+        "enable_memory_saver": True,
+        "enable_weights_cpu_backup": True,
+    }
+    if memory_fraction is not None:
+        args["mem_fraction_static"] = memory_fraction  # weights + KV cache, as a share of the GPU
+    return args
+
+
+def sampling_params(sampling: SamplingParams, stop_ids: list[int], seed: int | None) -> dict[str, Any]:
+    """One request's `sampling_params` (SGLang's SamplingParams fields)."""
+    params: dict[str, Any] = {
+        "max_new_tokens": sampling.max_new_tokens,
+        "stop_token_ids": list(stop_ids),
+        "no_stop_trim": True,  # keep the stop token: the response (and its loss mask) ends with it, as with hf
+    }
+    if sampling.greedy:
+        params["temperature"] = 0.0  # SGLang: top_k = 1
+    else:
+        params.update(temperature=sampling.temperature, top_p=sampling.top_p,
+                      top_k=sampling.top_k if sampling.top_k > 0 else -1)  # rlgraph 0 = SGLang -1 = all
+    if seed is not None:
+        params["sampling_seed"] = seed
+    return params
+
+
+def row_seeds(seed: int | None, rows: int) -> list[int | None]:
+    """One seed per sample, all drawn from `seed` (the n samples of a prompt must not share one)."""
+    if seed is None:
+        return [None] * rows
+    draw = random.Random(seed)
+    return [draw.getrandbits(63) for _ in range(rows)]
+
+
+def generation_from_outputs(outputs: dict | list[dict], stop_ids: list[int], max_new_tokens: int,
+                            with_log_probs: bool) -> Generation:
+    """SGLang's answers (one dict per request, in request order) as a Generation: each row cut after its
+    first stop token, and at max_new_tokens."""
+    outputs = [outputs] if isinstance(outputs, dict) else list(outputs)
+    stops = set(stop_ids)
+    token_ids: list[list[int]] = []
+    log_probs: list[list[float]] = []
+    for row, output in enumerate(outputs):
+        meta = output["meta_info"]
+        finish = meta.get("finish_reason") or {}
+        if finish.get("type") == "abort":
+            raise RuntimeError(f"SGLang aborted sample {row}: {finish.get('message') or finish}")
+        triples = meta["output_token_logprobs"]  # (log-prob, token id, text or None) per generated token
+        ids = [int(t[1]) for t in triples][:max_new_tokens]
+        end = next((i + 1 for i, token in enumerate(ids) if token in stops), len(ids))
+        token_ids.append(ids[:end])
+        log_probs.append([float(t[0]) for t in triples[:end]])
+    return Generation(token_ids, log_probs if with_log_probs else None)
+
+
+def checkpoint_weight_names(model_folder: str) -> set[str] | None:
+    """The parameter names stored in the folder's safetensors files (headers only); None without them."""
+    index = os.path.join(model_folder, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as file:
+            return set(json.load(file)["weight_map"])
+    single = os.path.join(model_folder, "model.safetensors")
+    if os.path.isfile(single):
+        from safetensors import safe_open
+
+        with safe_open(single, framework="pt") as file:
+            return set(file.keys())
+    return None

@@ -1,0 +1,66 @@
+"""rlgraph/runtime/preflight.py: what a run refuses before Ray starts, each with a message a user can act on."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from .helpers import REPO, SPECS, plan_from_spec
+from rlgraph.runtime.errors import PreflightError
+from rlgraph.runtime.preflight import preflight
+
+
+def sglang_imports() -> bool:
+    try:
+        import sglang  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.skipif(sglang_imports(), reason="sglang is installed here")
+def test_engine_sglang_without_sglang_is_refused_naming_the_extra():
+    plan = plan_from_spec(SPECS / "ppo_qwen7b_rm_2x8.rl")
+    with pytest.raises(PreflightError) as refused:
+        preflight(plan, starting_locally=False)
+    message = str(refused.value)
+    assert message.startswith("role `rollout`: engine = sglang needs the sglang package, which does not import here")
+    assert "pip install 'rlgraph[sglang]'" in message
+
+
+@pytest.mark.skipif(sglang_imports(), reason="sglang is installed here")
+def test_rlgraph_run_refuses_it_with_a_clear_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "rlgraph.cli", "run", str(SPECS / "ppo_qwen7b_rm_2x8.rl"),
+                           "--output", str(tmp_path / "run")], capture_output=True, text=True, timeout=120, cwd=REPO)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "error: role `rollout`: engine = sglang needs the sglang package" in out
+    assert "pip install 'rlgraph[sglang]'" in out and "Traceback" not in out
+
+
+def test_a_model_folder_without_tokenizer_files_is_refused_naming_the_folder_and_the_files(tmp_path):
+    from rlgraph.models import resolve_model_path
+
+    folder = tmp_path / "no-tokenizer"
+    shutil.copytree(resolve_model_path("builtin:arith-gpt"), folder,
+                    ignore=shutil.ignore_patterns("tokenizer*"))
+    plan = plan_from_spec(SPECS / "grpo_arith.rl", f'policy.path="{folder}"')
+    with pytest.raises(PreflightError) as refused:
+        preflight(plan, starting_locally=False)
+    message = str(refused.value)
+    assert f"model `policy` (path = '{folder}'): the folder {folder} has no tokenizer files" in message
+    assert "tokenizer.json" in message and "tokenizer.model" in message and "tokenizer_config.json" in message
+    assert f"tokenizer.save_pretrained('{folder}')" in message
+
+
+def test_a_folder_with_a_sentencepiece_model_only_passes_the_file_check(tmp_path):
+    from rlgraph.runtime.preflight import _check_tokenizer_files
+
+    (tmp_path / "tokenizer.model").write_bytes(b"")
+    _check_tokenizer_files("model `policy`", str(tmp_path), str(tmp_path))
+    (tmp_path / "tokenizer.model").unlink()
+    (tmp_path / "cl100k.tiktoken").write_bytes(b"")
+    _check_tokenizer_files("model `policy`", str(tmp_path), str(tmp_path))
