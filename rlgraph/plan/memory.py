@@ -43,6 +43,7 @@ from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.plan.model import MemoryRow, Placement, PoolPlan, RolePlan
 from rlgraph.plan.view import format_bytes
 from rlgraph.spec.program import Decl, Program
+from rlgraph.spec.validate import did_you_mean
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MASTER_BYTES = 4  # a trained role's params and grads are fp32 in every dtype (its dtype is the compute dtype)
@@ -262,6 +263,18 @@ def role_memory(program: Program, role: Decl, plan: RolePlan, shape: ModelShape 
     return items, unknown
 
 
+def _unknown_builtin(program: Program, model_name: str | None) -> Diagnostic | None:
+    """A `builtin:` path that names no built-in model (a typo such as `builtin:arith-gtp`): an error at the path."""
+    model = program.models.get(model_name) if model_name else None
+    path = (model.get("path") or "") if model else ""
+    if not path.startswith("builtin:") or path in BUILTIN_MODELS:
+        return None
+    hints = [hint for hint in (did_you_mean(path, BUILTIN_MODELS),) if hint]
+    return error("unknown-model", f"`{path}` is not a built-in model", model.span_of("path"), *hints,
+                 "the built-in models: " + ", ".join(f"`{name}`" for name in BUILTIN_MODELS),
+                 label="no such built-in model")
+
+
 def _unknown_diagnostic(program: Program, role: Decl, model_name: str | None, what: list[str]) -> Diagnostic:
     model = program.models.get(model_name) if model_name else None
     where = model.span_of("path") if model else role.span
@@ -318,6 +331,12 @@ def estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan],
         host = offloaded_items(role)
         per_replica[plan.name] = {item: size for item, size in items.items() if item not in host}
         per_replica_host[plan.name] = {item: size for item, size in items.items() if item in host}
+        misnamed = _unknown_builtin(program, model_name)
+        if misnamed is not None:  # not "add params = 7B": the name is wrong
+            if (model_name, "builtin") not in warned:
+                warned.add((model_name, "builtin"))
+                diagnostics.append(misnamed)
+            continue
         for what in unknown:
             key = (model_name or plan.name, "weights") if what == "weights" else (plan.name, what)
             if key not in warned:

@@ -196,3 +196,16 @@ def test_unknown_model_size_is_a_warning_not_an_error(tmp_path):
     assert unknown[0].span.line == line_of(text, "nowhere/at-all")
     assert not any(d.is_error for d in diagnostics)
     assert _row(plan, pool="main").estimated_bytes == 0
+
+
+def test_a_misspelt_built_in_model_is_named_not_asked_for_its_size(tmp_path):
+    text = spec("pool main { nodes = 1  devices_per_node = 1  device = cpu }\n"
+                "role actor { model = policy  pool = main }\n"
+                "role rollout { colocate = actor  n = 4 }",
+                model='model policy { path = "builtin:arith-gtp" }')
+    _, diagnostics = plan_text(tmp_path, text)
+    assert codes(diagnostics) == ["unknown-model"]  # once, not per role; and no "add `params = 7B`"
+    d = only(diagnostics, "unknown-model")
+    assert d.severity == "error" and d.message == "`builtin:arith-gtp` is not a built-in model"
+    assert d.span.line == line_of(text, "builtin:arith-gtp")
+    assert d.hints[0] == "did you mean `builtin:arith-gpt`?"
