@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from rlgraph.contract.methods import ROLE_METHODS as CONTRACT
 from rlgraph.contract.methods import Port
 from rlgraph.diagnostics import Span
-from rlgraph.spec.schema import Bool, Choice, Float, Int, Key, Like
+from rlgraph.spec.schema import Bool, Choice, Float, Int, Key, Like, Ref
 
 LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k2+", "k3+", "low_var_kl+")
@@ -65,6 +65,9 @@ _KWARGS: dict[tuple[str, str], dict[str, Key]] = {
     ("rollout", "generate"): {
         "n": Key(Int(min=1), "samples per prompt of this call (default: the rollout's `n`)"),
         "temperature": Key(Float(min=0.0), "sampling temperature of this call, 0 = greedy (default: the rollout's)"),
+        "env": Key(Ref("env"), "a declared `env`: each sample is an episode of up to its max_turns model turns, "
+                   "the environment answering each; the rollout's max_new_tokens bounds the model's turns and the "
+                   "replies together (default: none, one turn)"),
     },
     ("actor", "update"): {
         **_UPDATE_COMMON,

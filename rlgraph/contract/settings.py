@@ -105,6 +105,23 @@ class NoSettings:
 
 
 @dataclass(frozen=True)
+class EnvSettings:
+    """An environment the rollout talks with over several turns (the spec's `env NAME { ... }` block)."""
+
+    name: str  # the declaration's name
+    cls: str  # `module:Class` or `path/to/file.py:Class`, as written (the spec's `class`)
+    base_dir: str  # the spec's folder: a relative file path is read, and a module looked for, there
+    declared_at: str  # `file:line` of the declaration, for messages at run time
+    args: dict[str, Any]  # keyword arguments of the class's constructor
+    max_turns: int  # the model's turns per episode (verl: multi_turn.max_assistant_turns)
+    max_observation_tokens: int  # an environment reply longer than this is cut (verl: max_tool_response_length)
+    timeout_s: float  # the most seconds one call of the environment (reset or step) may take
+    workers: int  # processes that host the episodes of a batch (a bounded pool)
+    max_failed_fraction: float  # share of a step's samples whose episode may fail before the run stops
+    tool_format: str  # auto | tag | chat_template: how tool calls are read and replies written
+
+
+@dataclass(frozen=True)
 class GenerateSettings:
     n: int
     temperature: float  # 0 = greedy
@@ -112,6 +129,9 @@ class GenerateSettings:
     top_k: int
     max_new_tokens: int
     keep_log_probs: bool  # `-> responses, log_prob`: keep each sampled token's log-prob
+    # `generate(env = NAME)`: episodes of several turns with that environment; max_new_tokens is then the
+    # whole response (the model's turns and the environment's replies); None: one turn
+    env: EnvSettings | None
 
 
 @dataclass(frozen=True)
@@ -282,11 +302,11 @@ TRANSFORM_SETTINGS: dict[str, type] = {
 
 SETTINGS_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (
     NoSettings, GenerateSettings, LogProbSettings, ForwardSettings, ActorUpdateSettings, CriticUpdateSettings,
-    UserFunctionSettings,
+    UserFunctionSettings, EnvSettings,
     *ROLE_SETTINGS.values(), *TRANSFORM_SETTINGS.values(), TrainSettings, DataSettings, RewardSettings,
 )}
 
-_NESTED = {"optim": OptimSettings, "lora": LoraSettings, "user_loss": UserFunctionSettings}
+_NESTED = {"optim": OptimSettings, "lora": LoraSettings, "user_loss": UserFunctionSettings, "env": EnvSettings}
 _TUPLES = ("betas", "target_modules", "inputs", "outputs", "loggers")
 
 

@@ -39,6 +39,7 @@ _ALL = [
     Code("unknown-pool", "error", "a reference to a pool that is not declared"),
     Code("unknown-kind", "error", "a role of an unknown kind"),
     Code("missing-block", "error", "a block the spec needs is absent"),
+    Code("unknown-env", "error", "a generate call names an environment that is not declared"),
     # --- dataflow (graph passes) -------------------------------------------------
     Code("unknown-call", "error", "a call that neither a role nor a built-in provides"),
     Code("bad-arguments", "error", "wrong inputs, outputs or keyword arguments for a call"),
@@ -61,6 +62,8 @@ _ALL = [
     Code("several-rollouts", "error", "role calls read the outputs of more than one generate call"),
     Code("dynamic-sampling", "error", "a `filter_groups` call the step cannot refill around"),
     Code("unused-function", "warning", "a declared transform or loss that the step never uses"),
+    Code("unused-env", "warning", "a declared environment that no generate call uses"),
+    Code("env-budget", "warning", "an environment's reply may take a rollout's whole response budget"),
     # --- numbers and resources ---------------------------------------------------
     Code("batch-divisibility", "error", "batch sizes do not divide as the step needs"),
     Code("token-budget", "error", "a micro-batch token budget below one whole sequence, or beside micro_batch"),

@@ -9,6 +9,9 @@ into characters, a Fuse decoder joins them back), wrapped in PreTrainedTokenizer
 - Special tokens: `<pad>` 0, `<s>` 1 (BOS, defined but never added), `</s>` 2 (EOS), `<unk>` 3
   (any character outside the alphabet).
 - Padding is on the left, as generation needs. There is no chat template.
+- `added_tokens` (e.g. the tool-call tags `<tool_call>` ...) become one id each, after the alphabet.
+  They are added tokens but not special ones (as Qwen's `<tool_call>` is), so a decode keeps them
+  whether or not it skips special tokens.
 - Saved with `save_char_tokenizer`: class name PreTrainedTokenizerFast, which transformers 4.x knows
   too (5.x writes its own TokenizersBackend).
 """
@@ -16,6 +19,7 @@ into characters, a Fuse decoder joins them back), wrapped in PreTrainedTokenizer
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +27,16 @@ SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 ALPHABET = "0123456789+-*/=()., " + "abcdefghijklmnopqrstuvwxyz"
 
 
-def build_char_tokenizer() -> Any:
-    """A fresh PreTrainedTokenizerFast over SPECIAL_TOKENS + ALPHABET (in that id order)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+def build_char_tokenizer(added_tokens: Sequence[str] = ()) -> Any:
+    """A fresh PreTrainedTokenizerFast over SPECIAL_TOKENS + ALPHABET + `added_tokens` (in that id order)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *ALPHABET])}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         pad_token="<pad>",
         bos_token="<s>",
@@ -42,6 +46,9 @@ def build_char_tokenizer() -> Any:
         clean_up_tokenization_spaces=False,
         model_max_length=64,
     )
+    if added_tokens:
+        tokenizer.add_tokens([AddedToken(token, special=False, normalized=False) for token in added_tokens])
+    return tokenizer
 
 
 def save_char_tokenizer(tokenizer: Any, out: str | Path) -> None:

@@ -10,7 +10,8 @@ from rlgraph.plan.tokenizers import check_tokenizers
 from rlgraph.plan.model import CallPlan, Plan
 from rlgraph.plan.placement import place
 from rlgraph.contract.rollouts import trained_generate
-from rlgraph.plan.resolve import call_settings, data_settings, generate_settings, reward_settings, train_settings
+from rlgraph.plan.resolve import (call_settings, data_settings, env_settings, generate_settings, reward_settings,
+                                  train_settings)
 from rlgraph.plan.schedule import schedule
 from rlgraph.spec.schema import BLOCKS
 
@@ -36,6 +37,7 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
         plan.rewards = {name: decl.get("fn") for name, decl in program.rewards.items()}
         plan.reward_settings = {name: reward_settings(decl.values) for name, decl in program.rewards.items()}
         plan.models = {name: dict(decl.values) for name, decl in program.models.items()}
+        plan.envs = {name: env_settings(program, decl) for name, decl in program.envs.items()}
         plan.data = _or_none(lambda: data_settings(program))
         plan.train = _or_none(lambda: train_settings(program.train.values if program.train is not None
                                                      else {name: key.default for name, key in BLOCKS["train"].keys.items()}))
@@ -44,11 +46,11 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
         roles = {r.name: r.settings for r in plan.roles}
         replicas = {r.name: r.replicas for r in plan.roles}
         generate = trained_generate(graph.calls())  # what log-probs are scored at and mini-batches count
-        rollout = _or_none(lambda: generate_settings(generate, roles[generate.target])) if generate else None
+        rollout = _or_none(lambda: generate_settings(generate, roles[generate.target], plan.envs)) if generate else None
         plan.calls = [CallPlan(c.id, c.label, c.kind, c.target, c.method, c.role_kind,
                                [list(port) for port in c.inputs], [list(port) for port in c.outputs],
                                dict(c.kwargs), stage_of.get(c.id, 0),
-                               _or_none(lambda c=c: call_settings(c, roles, replicas, rollout)))
+                               _or_none(lambda c=c: call_settings(c, roles, replicas, rollout, plan.envs)))
                       for c in graph.calls()]
         plan.syncs = [[s.source, s.target] for s in graph.syncs]
     diagnostics.sort(key=_order)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from rlgraph.plan.layout import layout
 from rlgraph.plan.model import Plan
-from rlgraph.plan.view import (KIND_COLORS, call_color, call_where, counts, devices, format_bytes, peak,
-                               pipeline, role_kinds, span_text, summary)
+from rlgraph.plan.view import (KIND_COLORS, call_color, call_notes, call_where, counts, devices, environments,
+                               format_bytes, peak, pipeline, role_kinds, span_text, summary)
 
 TEMPLATES = Path(__file__).parent / "templates"
 _MAX_LABEL = 24
@@ -81,13 +81,14 @@ def _schedule(plan: Plan) -> list[dict]:
     loops = pipeline(plan)
     calls = {c.id: c for c in plan.calls}
     where = call_where(plan)
+    notes = call_notes(plan)
     out = []
     for stage in plan.schedule:
         lanes = []
         for lane in stage.lanes or [stage.calls]:
             lanes.append({"where": where.get(lane[0], ""),
-                          "calls": [{"id": c, "color": call_color(plan, calls[c]) if c in calls else "#777"}
-                                    for c in lane]})
+                          "calls": [{"id": c, "color": call_color(plan, calls[c]) if c in calls else "#777",
+                                     "note": notes.get(c, "")} for c in lane]})
         loop = None if loops is None else ("trainer loop" if stage.stage in loops.trainer_stages else "rollout loop")
         out.append({"stage": stage.stage, "concurrent": stage.concurrent, "lanes": lanes, "loop": loop})
     return out
@@ -116,6 +117,7 @@ def render_html(plan: Plan) -> str:
     return env.get_template("plan.html.j2").render(
         plan=plan, pipeline=pipeline(plan), summary=summary(plan), errors=errors, warnings=warnings, graph=graph,
         short=_short, pools=_pools(plan), peak=_peak(plan), schedule=_schedule(plan), roles=_roles(plan),
-        kinds=KIND_COLORS, n_devices=n_devices, n_processes=len({p.process for p in plan.placements}),
+        envs=environments(plan), kinds=KIND_COLORS, n_devices=n_devices,
+        n_processes=len({p.process for p in plan.placements}),
         markers=sorted({e["color"] for e in graph.edges}),
     )

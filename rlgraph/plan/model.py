@@ -13,11 +13,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlgraph.contract.methods import call_settings_class
-from rlgraph.contract.settings import (ROLE_SETTINGS, DataSettings, RewardSettings, TrainSettings,
+from rlgraph.contract.settings import (ROLE_SETTINGS, DataSettings, EnvSettings, RewardSettings, TrainSettings,
                                        settings_from_dict, settings_to_dict)
 
 _SPEC_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-PLAN_VERSION = 2  # 2: typed, resolved settings for roles, calls, data and train
+PLAN_VERSION = 3  # 2: typed, resolved settings for roles, calls, data and train; 3: environments (envs, generate env)
 DRIVER = "driver"  # the process that runs transforms (kl_penalty, gae, ...) and rule rewards
 
 
@@ -119,6 +119,8 @@ class Plan:
     data: DataSettings | None = None  # None only in a plan of a spec without a data block (an error)
     train: TrainSettings | None = None
     models: dict[str, dict[str, Any]] = field(default_factory=dict)  # model name -> its block's values
+    # env name -> the declared environment; a generate call that uses one holds it in its settings' `env`
+    envs: dict[str, EnvSettings] = field(default_factory=dict)
     diagnostics: list[dict[str, Any]] = field(default_factory=list)
     version: int = PLAN_VERSION
 
@@ -153,6 +155,7 @@ class Plan:
         for name in ("data", "train"):
             value = getattr(self, name)
             data[name] = None if value is None else settings_to_dict(value)
+        data["envs"] = {name: settings_to_dict(env) for name, env in self.envs.items()}
         return {"version": data.pop("version"), **data}
 
     def to_json(self) -> str:
@@ -180,6 +183,8 @@ class Plan:
             data=None if data["data"] is None else settings_from_dict(DataSettings, data["data"]),
             train=None if data["train"] is None else settings_from_dict(TrainSettings, data["train"]),
             models=data["models"],
+            # a plan written before environments existed has none
+            envs={name: settings_from_dict(EnvSettings, value) for name, value in data.get("envs", {}).items()},
             diagnostics=data["diagnostics"],
         )
 

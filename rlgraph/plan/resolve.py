@@ -8,6 +8,7 @@ the Plan restates a default.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rlgraph.compiler.graph import CallNode
@@ -60,9 +61,11 @@ def _lora(values: dict[str, Any]) -> s.LoraSettings | None:
                           targets if isinstance(targets, str) else tuple(targets))
 
 
-def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int], rollout: Any | None) -> Any:
+def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int], rollout: Any | None,
+                  envs: dict[str, s.EnvSettings]) -> Any:
     """The settings of one call of the step. `roles`: role name -> its settings; `rollout`: the settings of
-    the step's trained generate call (`generate_settings`; None in a spec without one, which has errors anyway)."""
+    the step's trained generate call (`generate_settings`; None in a spec without one, which has errors anyway);
+    `envs`: the declared environments (`env_settings`)."""
     kw = call.kwargs
     cls = call_settings_class(call.kind, call.target, call.role_kind, call.method)
     if cls is s.OverlongPenaltySettings:  # the length it penalises towards is the trained generate's
@@ -78,7 +81,7 @@ def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int
     micro_batch = getattr(role, "micro_batch", None)
     micro_batch_tokens = getattr(role, "micro_batch_tokens", None)
     if cls is s.GenerateSettings:
-        return generate_settings(call, role)
+        return generate_settings(call, role, envs)
     if cls is s.LogProbSettings:
         return s.LogProbSettings(temperature, micro_batch, micro_batch_tokens)
     if cls is s.ForwardSettings:
@@ -110,13 +113,24 @@ def user_function_settings(function: Any, args: dict[str, Any]) -> s.UserFunctio
                                   tuple(function.outputs), dict(args))
 
 
-def generate_settings(call: CallNode, role: s.RolloutSettings) -> s.GenerateSettings:
-    """A generate call's sampling: its own `n` and `temperature` where it gives them, else its rollout's."""
+def generate_settings(call: CallNode, role: s.RolloutSettings, envs: dict[str, s.EnvSettings]) -> s.GenerateSettings:
+    """A generate call's sampling: its own `n` and `temperature` where it gives them, else its rollout's; and the
+    environment it runs episodes with (`env = NAME`), if any."""
     kw = call.kwargs
     n = kw["n"] if kw.get("n") is not None else role.n
     temperature = kw["temperature"] if kw.get("temperature") is not None else role.temperature
+    env = envs[kw["env"]] if kw.get("env") is not None else None  # an undeclared one is an error: no settings
     return s.GenerateSettings(n, temperature, role.top_p, role.top_k, role.max_new_tokens,
-                              keep_log_probs=len(call.outputs) > 1)
+                              keep_log_probs=len(call.outputs) > 1, env=env)
+
+
+def env_settings(program: Program, env: Decl) -> s.EnvSettings:
+    """An `env NAME { ... }` block; its class is looked for in the spec's folder too, as a reward's function is."""
+    v = env.values
+    return s.EnvSettings(env.name, v["class"], os.path.dirname(os.path.abspath(program.path)),
+                         f"{env.span.file}:{env.span.line}", dict(v.get("args") or {}), v["max_turns"],
+                         v["max_observation_tokens"], float(v["timeout_s"]), v["workers"], v["max_failed_fraction"],
+                         v["tool_format"])
 
 
 def data_settings(program: Program) -> s.DataSettings | None:

@@ -1,4 +1,5 @@
-"""The plan for a terminal, with rich: summary, roles, devices (pools -> nodes -> devices), schedule, memory."""
+"""The plan for a terminal, with rich: summary, roles, devices (pools -> nodes -> devices), environments, schedule,
+memory."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import io
 import shutil
 
 from rlgraph.plan.model import Plan
-from rlgraph.plan.view import (KIND_COLORS, call_where, devices, format_bytes, peak, pipeline, role_kinds, span_text,
-                               summary)
+from rlgraph.plan.view import (KIND_COLORS, call_notes, call_where, devices, environments, format_bytes, peak, pipeline,
+                               role_kinds, span_text, summary)
 
 _BAR = 10
 
@@ -78,6 +79,7 @@ def _schedule_table(plan: Plan):
     from rich.text import Text
 
     where = call_where(plan)
+    notes = call_notes(plan)
     loops = pipeline(plan)
     title = "Schedule (one step)" if loops is None else \
         f"Schedule (one step; asynchronous: two loops, train.staleness = {loops.staleness})"
@@ -99,6 +101,8 @@ def _schedule_table(plan: Plan):
                 call = calls.get(call_id)
                 kind = kinds.get(call.target) if call and call.kind == "role" else (call.kind if call else "")
                 text += Text(call_id, style=KIND_COLORS.get(kind or "", ""))
+                if call_id in notes:
+                    text += Text(f"  {notes[call_id]}", style="italic")
             text += Text(f" [{where.get(lane[0], '?')}]", style="dim")
         mark = Text("concurrent", style="bold green") if stage.concurrent else Text("")
         if loops is not None:
@@ -111,6 +115,20 @@ def _schedule_table(plan: Plan):
     for a, b in plan.syncs:
         table.add_row("", Text(f"sync {a} → {b} (weights, after the step's updates)", style="dim italic"), "")
     return table
+
+
+def _envs_tree(plan: Plan):
+    from rich.markup import escape
+    from rich.tree import Tree
+
+    tree = Tree("[bold]Environments[/] [dim](multi-turn episodes)[/]", guide_style="dim")
+    for env in environments(plan):
+        branch = tree.add(f"[bold]env {env.name}[/]  {escape(env.cls)}")
+        branch.add(f"[dim]limits[/]    {env.limits}")
+        branch.add(f"[dim]failures[/]  {env.failures}")
+        branch.add(f"[dim]used by[/]   {escape(', '.join(env.calls)) or '—'}")
+        branch.add(f"[dim]episodes[/]  {env.where}")
+    return tree
 
 
 def _memory_table(plan: Plan):
@@ -155,6 +173,9 @@ def render_text(plan: Plan, *, color: bool = True, width: int | None = None) -> 
         console.print()
     if plan.pools:
         console.print(_device_tree(plan))
+        console.print()
+    if plan.envs:
+        console.print(_envs_tree(plan))
         console.print()
     if plan.schedule:
         console.print(_schedule_table(plan))

@@ -198,3 +198,51 @@ def pipeline(plan: Plan) -> Pipeline | None:
     meet += [f"weights: sync {a} → {b} as soon as each update ends; the rollout loads them between batches"
              for a, b in plan.syncs]
     return Pipeline(k, generate, stages, meet)
+
+
+@dataclass
+class EnvView:
+    """A declared environment as the plan shows it: what it is, its limits, the calls that use it and where
+    their episodes run."""
+
+    name: str
+    cls: str
+    limits: str  # `up to 3 turns · replies cut at 64 tokens · 10 s per call · tool format auto`
+    failures: str  # what a failed episode costs, and the share of them that stops the run
+    calls: list[str]  # `rollout.generate(env = calc)`
+    where: str  # `4 processes per rollout process (actor/0–1), on its host`; `unused` when no call uses it
+
+
+def env_of(call):
+    """The environment (EnvSettings) a generate call runs its episodes with, or None (one turn)."""
+    return getattr(call.settings, "env", None) if call.method == "generate" else None
+
+
+def environments(plan: Plan) -> list[EnvView]:
+    """Every declared environment, in declaration order."""
+    where = call_where(plan)
+    out = []
+    for env in plan.envs.values():
+        calls = [c for c in plan.calls if env_of(c) is not None and env_of(c).name == env.name]
+        limits = (f"up to {env.max_turns} turn{'s' * (env.max_turns != 1)} · replies cut at "
+                  f"{env.max_observation_tokens} tokens · {env.timeout_s:g} s per call · "
+                  f"tool format {env.tool_format}")
+        failures = ("a failed episode scores 0 and is left out of the loss; the run stops above "
+                    f"{100 * env.max_failed_fraction:g}% failed in a step")
+        hosts = sorted({where.get(c.id, "?") for c in calls})
+        runs = (f"{env.workers} process{'es' * (env.workers != 1)} per rollout process ({', '.join(hosts)}), on its "
+                "host") if calls else "unused"
+        # a plan with errors is still shown: an env without a class (reported) has none
+        out.append(EnvView(env.name, env.cls or "—", limits, failures, [f"{c.id}(env = {env.name})" for c in calls], runs))
+    return out
+
+
+def call_notes(plan: Plan) -> dict[str, str]:
+    """Call id -> what the schedule says of it beyond its name: a generate call's episodes with an environment."""
+    out = {}
+    for call in plan.calls:
+        env = env_of(call)
+        if env is not None:
+            out[call.id] = (f"multi-turn: up to {env.max_turns} turn{'s' * (env.max_turns != 1)} with env {env.name} "
+                            f"({env.workers} process{'es' * (env.workers != 1)})")
+    return out

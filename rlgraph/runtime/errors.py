@@ -43,6 +43,10 @@ class WorkerError(RunError):
         )
 
 
+class EnvironmentFailedError(RunError):
+    """An environment of a multi-turn rollout cannot be used, or failed more samples than its block allows."""
+
+
 class ProcessDiedError(RunError):
     """A worker process died (killed for memory, a crash in native code) rather than raising."""
 

@@ -37,13 +37,14 @@ from rlgraph.runtime.console import RunConsole
 from rlgraph.runtime.driver import InFlight, StepDriver, derive_seed, ray_errors
 from rlgraph.runtime.errors import ProcessDiedError, RunError
 from rlgraph.runtime.lowering import DEFAULT_PLACEMENT_TIMEOUT_S, Lowered, lower
-from rlgraph.runtime.metrics import METRICS_FILE, MetricsWriter, plot_curves, read_metrics
+from rlgraph.runtime.metrics import METRICS_FILE, MetricsWriter, episode_metrics, plot_curves, read_metrics
 from rlgraph.runtime.preflight import Prepared, preflight
 from rlgraph.runtime.process import rng_state, set_rng_state
 from rlgraph.runtime.roles import WorkerSpec, generate_call, worker_specs
 from rlgraph.runtime.signals import StopRequest
 from rlgraph.runtime.transforms import DriverCalls, score
 from rlgraph.runtime.update_guard import UpdateGuard
+from rlgraph.workers.batch import Rollout
 
 TRAINED_KINDS = ("actor", "critic")
 PLACEMENT_TIMEOUT_ENV = "RLGRAPH_PLACEMENT_TIMEOUT_S"  # seconds to wait for a pool's devices (default 60)
@@ -361,6 +362,8 @@ class Trainer:
         when = f"validation at step {step}"
         scores = torch.cat([score(self.val_reward_name, self.val_reward, r, when).sum(-1) for r in greedy_rollouts])
         metrics = {"val/score/mean": scores.mean().item()}  # (prompts,) -> mean
+        if greedy_rollouts and greedy_rollouts[0].episodes is not None:  # how the greedy answers used the tools
+            metrics |= episode_metrics(Rollout.concat(greedy_rollouts), prefix="val/")
         if n > 1:
             sampled_scores = torch.cat([score(self.val_reward_name, self.val_reward, r, when).sum(-1)
                                         for r in sampled_rollouts]).view(-1, n)  # (prompts, n)

@@ -72,7 +72,35 @@ def batch_metrics(rollout: Any, semantic: dict[str, torch.Tensor]) -> dict[str, 
     metrics |= _stats("response_length", response_length)
     metrics["response_length/clip_ratio"] = (rollout.attention_mask[:, -1] == 1).float().mean().item()
     metrics |= _stats("prompt_length", prompt_length)
-    return metrics
+    return metrics | episode_metrics(rollout)
+
+
+def episode_metrics(rollout: Any, prefix: str = "") -> dict[str, float]:
+    """What the environment episodes of a multi-turn rollout did (none for one turn): turns per sample (verl's
+    num_turns), tool calls per sample and the share of samples that made one, tool errors per sample and their
+    share of the calls, failed samples, the seconds the batch waited on its environment, and response tokens
+    the model generated vs tokens the environment inserted (per sample)."""
+    episodes = getattr(rollout, "episodes", None)
+    if not episodes:
+        return {}
+
+    def column(key: str) -> torch.Tensor:
+        return torch.tensor([float(e[key]) for e in episodes])
+
+    calls, errors, failed = column("tool_calls"), column("tool_errors"), column("failed")
+    metrics = _stats("num_turns", column("turns")) | _stats("tool_calls", calls) | {
+        "tool_calls/rate": (calls > 0).float().mean().item(),
+        "tool_errors/mean": errors.mean().item(),
+        "tool_errors/rate": (errors.sum() / calls.sum()).item() if calls.sum() > 0 else 0.0,
+        "env/failed": failed.sum().item(),
+        "env/failed_fraction": failed.mean().item(),
+        "env/reward/mean": column("env_reward").mean().item(),
+        "response_length/model_tokens_mean": column("model_tokens").mean().item(),
+        "response_length/env_tokens_mean": column("env_tokens").mean().item(),
+    }
+    if not prefix:
+        metrics["timing_s/env"] = sum(e.get("env_seconds", 0.0) for e in episodes)
+    return {f"{prefix}{name}": value for name, value in metrics.items()}
 
 
 class MetricsWriter:

@@ -39,6 +39,7 @@ def preflight(plan: Plan, *, starting_locally: bool) -> Prepared:
     rewards = _load_rewards(plan)
     _check_user_functions(plan)
     tokenizer = _tokenizer(plan, model_paths)
+    _check_envs(plan, tokenizer)
     notes: list[str] = []
     train = _dataset(plan, "train", tokenizer, notes)
     val = _dataset(plan, "val", tokenizer, notes) if plan.data.val else None
@@ -144,6 +145,25 @@ def _check_tokenizer_files(model: str, path: str, folder: str) -> None:
         "was trained with: tokenizer.json (a fast tokenizer) or tokenizer.model (sentencepiece), with its "
         f"tokenizer_config.json; `tokenizer.save_pretrained({folder!r})` writes them."
     )
+
+
+def _check_envs(plan: Plan, tokenizer: Any) -> None:
+    """Every environment a generate call uses imports, keeps the interface and can talk through the policy's
+    tokenizer in its tool format (a `tag` format needs its tags as single tokens)."""
+    from rlgraph.workers.envs.loading import EnvError, load_env_class
+    from rlgraph.workers.envs.tools import ToolFormatError, make_tool_format
+
+    for call in plan.calls:
+        env = getattr(call.settings, "env", None)
+        if env is None:
+            continue
+        try:
+            tools = list(getattr(load_env_class(env), "tools", []) or [])
+            make_tool_format(env.tool_format, tokenizer, tools)
+        except EnvError as err:
+            raise PreflightError(str(err)) from None
+        except ToolFormatError as err:
+            raise PreflightError(f"env `{env.name}` ({env.declared_at}): {err}") from None
 
 
 def _load_rewards(plan: Plan) -> dict[str, Any]:

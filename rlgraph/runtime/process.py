@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlgraph.runtime.errors import CheckpointError, WorkerError
+from rlgraph.runtime.errors import CheckpointError, EnvironmentFailedError, WorkerError
 from rlgraph.runtime.roles import ALIAS, BASE, WorkerSpec
+from rlgraph.workers.envs.loading import EnvError
 
 
 @dataclass(frozen=True)
@@ -302,6 +303,8 @@ class _Reporting:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc is None or isinstance(exc, (WorkerError, CheckpointError)):  # already say what and where
             return False
+        if isinstance(exc, EnvError):  # names the environment, the sample and its own traceback
+            raise EnvironmentFailedError(str(exc)) from None
         text = "".join(traceback.format_exception(exc_type, exc, tb))
         raise WorkerError(*self.where, f"{exc_type.__name__}: {exc}", text) from None
 

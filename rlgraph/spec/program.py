@@ -16,7 +16,7 @@ from rlgraph.spec import ast
 
 @dataclass(frozen=True)
 class Decl:
-    keyword: str  # model | pool | role | reward | transform | loss | data | train
+    keyword: str  # model | pool | role | reward | transform | loss | env | data | train
     name: str | None
     values: dict[str, Any]  # key -> value; nested blocks as dicts; defaults filled in
     spans: dict[str, Span]  # dotted key -> span of the value that set it
@@ -48,10 +48,12 @@ class Program:
     rewards: dict[str, Decl] = field(default_factory=dict)
     transforms: dict[str, Decl] = field(default_factory=dict)  # user transforms (`transform NAME { fn = ... }`)
     losses: dict[str, Decl] = field(default_factory=dict)  # user policy losses (`loss NAME { fn = ... }`)
+    envs: dict[str, Decl] = field(default_factory=dict)  # environments (`env NAME { class = ... }`)
     data: Decl | None = None
     train: Decl | None = None
     step: ast.Step | None = None
 
     def names(self) -> dict[str, Decl]:
         """Every named declaration, by name."""
-        return {**self.models, **self.pools, **self.roles, **self.rewards, **self.transforms, **self.losses}
+        return {**self.models, **self.pools, **self.roles, **self.rewards, **self.transforms, **self.losses,
+                **self.envs}

@@ -130,7 +130,7 @@ class Choice:
 class Ref:
     """A bare name that must be declared as a `target` (checked by the resolve pass)."""
 
-    target: str  # "model" | "pool" | "role"
+    target: str  # "model" | "pool" | "role" | "env"
 
     def convert(self, node: ast.Value) -> str:
         if not isinstance(node, ast.Ident):
@@ -373,6 +373,30 @@ BLOCKS: dict[str, BlockSchema] = {
                   "losses are: fn(old_log_prob, log_prob, advantages, response_mask, clip_low=, clip_high=, agg=, "
                   "<args>) -> (loss, metrics)", required=True),
     }, blocks={"args": BlockSchema("keyword arguments of fn", keys={}, named=False, open=True)}),
+    "env": BlockSchema("an environment the rollout talks with over several turns: a Python class `module:Class` or "
+                       "`file.py:Class`, built once per episode (one sample) with the keyword arguments of `args { key = value "
+                       "... }`, and used by "
+                       "`prompts -> ROLLOUT.generate(env = NAME) -> responses`; the model's turns and the "
+                       "environment's replies then share the rollout's max_new_tokens (docs/runtime.md)", keys={
+        "class": Key(Str(), "`module:Class` or `file.py:Class` (looked for as a reward's `fn` is): an "
+                     "rlgraph.workers.envs.Environment; `check` and `plan` never import it, `run` does before it "
+                     "starts", required=True),
+        "max_turns": Key(Int(min=1, max=1024), "the model's turns per episode (verl: "
+                         "multi_turn.max_assistant_turns)", 4),
+        "max_observation_tokens": Key(Int(min=1), "an environment reply longer than this many tokens is cut "
+                                      "(verl: multi_turn.max_tool_response_length)", 256),
+        "timeout_s": Key(Float(min=0.0, min_exclusive=True), "the most seconds one call of the environment (reset "
+                         "or step) may take; a call past it fails the sample", 30.0),
+        "workers": Key(Int(min=1, max=256), "processes that run the episodes of a batch at the same time, on the "
+                       "host of the rollout's process", 4),
+        "max_failed_fraction": Key(Float(0.0, 1.0), "share of a step's samples whose episode may fail (the "
+                                   "environment raised, hung or died: zero reward, tokens out of the loss) before "
+                                   "the run stops with the environment's traceback", 0.1),
+        "tool_format": Key(Choice(("auto", "tag", "chat_template")), "how tool calls are read and replies written: "
+                           "the tokenizer's chat template, `<tool_call>...</tool_call>` tags, or auto (the chat "
+                           "template where the tokenizer has one)", "auto"),
+    }, blocks={"args": BlockSchema("keyword arguments of the class's constructor", keys={}, named=False,
+                                   open=True)}),
     "data": BlockSchema("the prompts", named=False, keys={
         "train": Key(Str(), "training prompts: parquet/jsonl path or `builtin:arith/train`", required=True),
         "val": Key(Str(), "validation prompts"),

@@ -16,6 +16,10 @@ def did_you_mean(name: str, options) -> str:
     return f"did you mean `{close[0]}`?" if close else ""
 
 
+def _a(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
 def _allowed(keys) -> str:
     return "allowed: " + ", ".join(f"`{k}`" for k in sorted(keys))
 
@@ -112,7 +116,7 @@ def to_program(loaded: Loaded) -> tuple[Program, list[Diagnostic]]:
     diagnostics: list[Diagnostic] = []
     program = Program(loaded.root, loaded.sources, step=loaded.step)
     tables = {"model": program.models, "pool": program.pools, "role": program.roles, "reward": program.rewards,
-              "transform": program.transforms, "loss": program.losses}
+              "transform": program.transforms, "loss": program.losses, "env": program.envs}
     owners: dict[str, Decl] = {}
     for block in loaded.blocks:
         schema = BLOCKS.get(block.keyword)
@@ -133,7 +137,7 @@ def to_program(loaded: Loaded) -> tuple[Program, list[Diagnostic]]:
         keys = schema.keys
         if kind:
             keys = {"kind": schema.keys["kind"], **ROLE_KEYS[kind]}
-        where = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} role" if kind else f"`{block.keyword}`"
+        where = f"{_a(kind)} role" if kind else f"`{block.keyword}`"
         values, spans = {}, {}
         _convert_entries(block, schema, keys, "", where, values, spans, diagnostics, kind=kind)
         if block.keyword == "role" and kind not in ("actor", "critic"):
@@ -158,9 +162,9 @@ def to_program(loaded: Loaded) -> tuple[Program, list[Diagnostic]]:
             continue
         if block.name in owners:
             first = owners[block.name]
-            diagnostics.append(error("duplicate-name", f"`{block.name}` is declared as a {first.keyword} and "
-                                     f"as a {block.keyword}", decl.span,
-                                     "every model, pool, role, reward, transform and loss needs its own name",
+            diagnostics.append(error("duplicate-name", f"`{block.name}` is declared as {_a(first.keyword)} and "
+                                     f"as {_a(block.keyword)}", decl.span,
+                                     "every model, pool, role, reward, transform, loss and env needs its own name",
                                      notes=[("first declared", first.span)]))
             continue
         owners[block.name] = decl

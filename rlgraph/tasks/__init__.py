@@ -14,6 +14,7 @@ from typing import Any
 
 BUILTIN_TASKS: dict[str, str] = {
     "arith": "rlgraph.tasks.arith",
+    "arith-tool": "rlgraph.tasks.arith_tool",
 }
 
 
@@ -34,6 +35,7 @@ DATA_SOURCES: dict[str, str] = {
     "DigitalLearningGmbH/MATH-lighteval": "rlgraph.tasks.math:compute_score",
     "HuggingFaceH4/MATH-500": "rlgraph.tasks.math:compute_score",
     "rlgraph/arith": "rlgraph.tasks.arith:exact_match",
+    "rlgraph/arith-tool": "rlgraph.tasks.arith_tool:exact_match",
 }
 
 

@@ -72,12 +72,17 @@ class Rollout:
     # (batch, R) float32 log-probs of the sampled tokens under the weights that sampled them (T applied),
     # 0 where nothing was sampled; kept by `generate(with_log_probs=True)` so the step need not recompute them
     sample_log_probs: torch.Tensor | None = None
+    # per row, what its episode with an environment did (`generate(env = ...)`, rlgraph/workers/episodes.py):
+    # turns, tool_calls, tool_errors, model_tokens, env_tokens, env_reward, failed, failure; None: one turn
+    episodes: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         batch = self.prompts.shape[0]
         for name in TENSOR_FIELDS + LIST_FIELDS:
             if len(getattr(self, name)) != batch:
                 raise ValueError(f"Rollout.{name} has {len(getattr(self, name))} rows, prompts has {batch}")
+        if self.episodes is not None and len(self.episodes) != batch:
+            raise ValueError(f"Rollout.episodes has {len(self.episodes)} rows, prompts has {batch}")
         for name in ("loss_mask", "token_source"):
             if getattr(self, name).shape != self.responses.shape:
                 raise ValueError(f"Rollout.{name} has shape {tuple(getattr(self, name).shape)}, "
@@ -119,7 +124,8 @@ class Rollout:
         fields = {name: getattr(self, name)[index.to(getattr(self, name).device)] for name in TENSOR_FIELDS}
         fields.update({name: [getattr(self, name)[i] for i in rows] for name in LIST_FIELDS})
         log_probs = None if self.sample_log_probs is None else self.sample_log_probs[index]
-        return Rollout(**fields, pad_token_id=self.pad_token_id, sample_log_probs=log_probs)
+        episodes = None if self.episodes is None else [self.episodes[i] for i in rows]
+        return Rollout(**fields, pad_token_id=self.pad_token_id, sample_log_probs=log_probs, episodes=episodes)
 
     def split(self, k: int) -> list[Rollout]:
         """`k` equal contiguous chunks (one per data-parallel rank)."""
@@ -156,6 +162,8 @@ class Rollout:
         )
         if all(p.sample_log_probs is not None for p in parts):
             joined.sample_log_probs = response_columns("sample_log_probs", 0)
+        if all(p.episodes is not None for p in parts):
+            joined.episodes = [e for p in parts for e in p.episodes]
         return joined
 
     @classmethod
@@ -235,6 +243,8 @@ class Rollout:
             extra["reward_index"] = self.reward_index
         versions = self.policy_version.unique()
         extra["policy_version"] = int(versions[0]) if len(versions) == 1 else self.policy_version
+        if self.episodes is not None:
+            extra["episodes"] = self.episodes
         return (_unpickle, (self.prompts, prompt_mask, self.responses, self.loss_mask.bool(), self.pad_token_id,
                             lists, self.sample_log_probs, extra))
 
@@ -245,18 +255,23 @@ class Rollout:
     def to_dict(self) -> dict[str, Any]:
         """Tensors and plain python only (safe for `torch.load(weights_only=True)`)."""
         data = {name: getattr(self, name) for name in TENSOR_FIELDS + LIST_FIELDS}
-        return data | {"pad_token_id": self.pad_token_id, "sample_log_probs": self.sample_log_probs}
+        return data | {"pad_token_id": self.pad_token_id, "sample_log_probs": self.sample_log_probs,
+                       "episodes": self.episodes}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Rollout:
         names = TENSOR_FIELDS + LIST_FIELDS + ("pad_token_id",)
-        return cls(**{name: data[name] for name in names}, sample_log_probs=data.get("sample_log_probs"))
+        return cls(**{name: data[name] for name in names}, sample_log_probs=data.get("sample_log_probs"),
+                   episodes=data.get("episodes"))
 
 
 def _unpickle(prompts, prompt_mask, responses, loss_mask, pad_token_id, lists, sample_log_probs,
               extra=None) -> Rollout:
-    rollout = Rollout.build(prompts, prompt_mask, responses, loss_mask, pad_token_id, **(extra or {}), **lists)
+    extra = dict(extra or {})
+    episodes = extra.pop("episodes", None)
+    rollout = Rollout.build(prompts, prompt_mask, responses, loss_mask, pad_token_id, **extra, **lists)
     rollout.sample_log_probs = sample_log_probs
+    rollout.episodes = episodes
     return rollout
 
 

@@ -71,7 +71,8 @@ def generate_rollout(
 
     `temperature = 0`: greedy. A torch.Generator as `seed` gives one seed per call. `keep_log_probs` keeps
     log pi(token) of each sampled token as the Rollout's `sample_log_probs`. `policy_version`: the version
-    of the weights that sample (the number of updates they have had).
+    of the weights that sample (the number of updates they have had). With `settings.env`, each sample is an
+    episode of several turns with that environment (rlgraph/workers/episodes.py).
     """
     n, max_new_tokens = settings.n, settings.max_new_tokens
     if n < 1 or max_new_tokens < 1:
@@ -80,6 +81,11 @@ def generate_rollout(
         raise ValueError("generate needs at least one prompt")
     if settings.keep_log_probs and not engine.capabilities.kept_log_probs:
         raise ValueError(f"the {engine.capabilities.name!r} engine cannot keep the sampled tokens' log-probs")
+    if settings.env is not None:
+        from rlgraph.workers.episodes import generate_episodes  # imports the environment machinery only when used
+
+        return generate_episodes(engine, items, settings, seed=seed, uid_offset=uid_offset,
+                                 policy_version=policy_version)
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=settings.temperature, top_p=settings.top_p,
                               top_k=settings.top_k, greedy=settings.temperature == 0)
     if isinstance(seed, torch.Generator):

@@ -22,7 +22,8 @@ PASS_CODES = {"missing-block", "undefined-field", "duplicate-field", "unused-fie
               "algorithm", "not-updated", "duplicate-update", "unused-role", "ignored-input", "bad-sync",
               "missing-sync", "batch-divisibility", "engine-not-implemented", "tp-not-implemented",
               "several-rollouts", "dynamic-sampling", "setting-ignored", "micro-batch-unset", "greedy-group",
-              "token-budget", "no-effect", "offload-unsharded", "lora-not-implemented"}
+              "token-budget", "no-effect", "offload-unsharded", "lora-not-implemented", "unknown-env", "unused-env",
+              "env-budget"}
 
 
 def expected_marks(text: str) -> list[tuple[str, str, int]]:

@@ -42,7 +42,7 @@ def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollo
     calls = [
         CallPlan("rollout.generate", "rollout.generate", "role", "rollout", "generate", "rollout",
                  [["prompts", "prompts"]], [["responses", "responses"]], {}, 1,
-                 s.GenerateSettings(n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, keep_log_probs=False)),
+                 s.GenerateSettings(n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, keep_log_probs=False, env=None)),
         CallPlan("exact", "exact", "reward", "exact", None, None, [["responses", "responses"]], [["scores", "scores"]], {}, 2,
                  s.NoSettings()),
         CallPlan("actor.log_prob", "actor.log_prob", "role", "actor", "log_prob", "actor",

@@ -42,6 +42,8 @@ def _range(low, high) -> str:
 def _type(t) -> str:
     if isinstance(t, schema.Int):
         return "integer" + _range(t.min, t.max)
+    if isinstance(t, schema.Float) and t.min_exclusive:  # top_p, timeout_s: 0 itself is no value
+        return f"number > {_number(t.min)}" + (f", <= {_number(t.max)}" if t.max is not None else "")
     if isinstance(t, schema.Float):
         return "number" + _range(t.min, t.max)
     if isinstance(t, schema.Bytes):

@@ -56,7 +56,7 @@ _REF = s.RefSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_ba
 _REWARD_MODEL = s.RewardModelSettings(dtype="float32", micro_batch=None, micro_batch_tokens=None, retokenize=False)
 _ROLLOUT = s.RolloutSettings(engine="hf", n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, tp=1,
                              memory_fraction=0.5, dtype="float32")
-_GENERATE = s.GenerateSettings(n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, keep_log_probs=False)
+_GENERATE = s.GenerateSettings(n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, keep_log_probs=False, env=None)
 _LOG_PROB = s.LogProbSettings(temperature=1.0, micro_batch=None, micro_batch_tokens=None)
 _FORWARD = s.ForwardSettings(micro_batch=None, micro_batch_tokens=None)
 _UPDATE = s.ActorUpdateSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=None,

@@ -9,6 +9,7 @@ from rlgraph.compiler.passes.algorithm import algorithm
 from rlgraph.compiler.passes.asynchrony import asynchrony
 from rlgraph.compiler.passes.batch import batch
 from rlgraph.compiler.passes.dataflow import dataflow
+from rlgraph.compiler.passes.environments import environments
 from rlgraph.compiler.passes.offload import offload
 from rlgraph.compiler.passes.resolve import resolve
 from rlgraph.compiler.passes.roles import roles
@@ -26,5 +27,6 @@ PASSES = (
     offload,    # a trained role's param_offload on sharded parameters
     asynchrony,  # train.staleness > 0: a rollout on devices of its own, synced from the policy
     sampling,   # several generate calls (one trained rollout), filter_groups, overlong_penalty
+    environments,  # declared envs: a class name, each used, a reply that fits the response budget
     runtime_support,  # only what rlgraph's runtime implements (warnings; `run` refuses some)
 )

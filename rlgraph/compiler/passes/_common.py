@@ -55,6 +55,14 @@ def quoted(names: Iterable[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def names_python_object(text: str) -> bool:
+    """`package.module:name` or verl's file form `path/to/file.py:name` (only the name is checked in a path);
+    the name may be dotted (`module:Outer.inner`). Checked as text: nothing is imported."""
+    module, _, attr = text.rpartition(":")
+    names = attr.split(".") if module.endswith(".py") else module.split(".") + attr.split(".")
+    return bool(module and attr) and all(part.isidentifier() for part in names)
+
+
 def field_span(node: CallNode, name: str):
     return node.field_spans.get(name, node.span)
 

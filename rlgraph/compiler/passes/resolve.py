@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rlgraph.compiler.graph import StepGraph
+from rlgraph.compiler.passes._common import names_python_object
 from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.spec.program import Program
 from rlgraph.spec.validate import did_you_mean
@@ -46,10 +47,7 @@ def resolve(program: Program, graph: StepGraph) -> list[Diagnostic]:
     out += _colocate_cycles(program)
     for reward in program.rewards.values():
         fn = reward.get("fn") or ""
-        module, _, attr = fn.rpartition(":")
-        # verl's file form, `path/to/reward.py:function`: only the function's name is checked here
-        names = attr.split(".") if module.endswith(".py") else module.split(".") + attr.split(".")
-        if reward.is_set("fn") and (not module or not attr or not all(part.isidentifier() for part in names)):
+        if reward.is_set("fn") and not names_python_object(fn):
             out.append(error("wrong-type", f"`{fn}` does not name a Python function", reward.span_of("fn"),
                              'write `fn = "package.module:function"` or `fn = "path/to/file.py:function"`'))
     if program.data is None:

@@ -38,6 +38,9 @@ class SamplingParams:
     top_p: float = 1.0  # nucleus mass; 1 = off
     top_k: int = 0  # sample among the k likeliest tokens; 0 = all
     greedy: bool = False  # argmax at every step (the other settings are then unused)
+    # ids that end a response besides the model's end-of-sequence ones, kept as its last token (a tool call's
+    # closing tag: the environment answers, then the model goes on)
+    stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -65,12 +68,14 @@ class Generation:
 class Engine(ABC):
     """A rollout engine. `rlgraph.workers.engines.ENGINES` names every one; adding one = a module + a line there.
 
-    Besides the methods, an engine has `tokenizer` (decodes the samples) and `pad_token_id`.
+    Besides the methods, an engine has `tokenizer` (decodes the samples), `pad_token_id` and `eos_token_ids`
+    (the ids that end a response: the tokenizer's and the model's end-of-sequence ones).
     """
 
     capabilities: ClassVar[EngineCapabilities]
     tokenizer: Any
     pad_token_id: int
+    eos_token_ids: list[int]
 
     @classmethod
     def check_installed(cls) -> None:

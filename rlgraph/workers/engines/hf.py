@@ -76,11 +76,12 @@ class HFEngine(Engine):
 
         settings = {} if greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p,
                                       "top_k": sampling.top_k}
+        stop_ids = self.eos_token_ids + [i for i in sampling.stop_token_ids if i not in self.eos_token_ids]
         config = GenerationConfig(
             do_sample=not greedy,
             max_new_tokens=max_new_tokens,
             pad_token_id=self.pad_token_id,
-            eos_token_id=self.eos_token_ids,
+            eos_token_id=stop_ids,
             use_cache=True,
             **settings,
         )
@@ -105,7 +106,7 @@ class HFEngine(Engine):
                 self.module.generation_config = model_defaults
 
         responses = output[:, prompts.shape[1] :][:, :max_new_tokens]  # (batch, <= R): HF stops when all rows did
-        lengths = mask_after_eos(responses, self.eos_token_ids).sum(dim=1).tolist()
+        lengths = mask_after_eos(responses, stop_ids).sum(dim=1).tolist()
         token_ids = [row[:length] for row, length in zip(responses.tolist(), lengths)]
 
         log_probs = None

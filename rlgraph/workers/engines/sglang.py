@@ -114,10 +114,10 @@ class SGLangEngine(Engine):
             self.engine.flush_cache()
             self.cache_stale = False
         rows = [list(prompt) for prompt in prompt_ids for _ in range(n)]  # p0 p0 p1 p1 ...: a prompt's n adjacent
-        params = [sampling_params(sampling, self.eos_token_ids, row_seed)
-                  for row_seed in row_seeds(seed, len(rows))]
+        stop_ids = self.eos_token_ids + [i for i in sampling.stop_token_ids if i not in self.eos_token_ids]
+        params = [sampling_params(sampling, stop_ids, row_seed) for row_seed in row_seeds(seed, len(rows))]
         outputs = self.engine.generate(input_ids=rows, sampling_params=params, return_logprob=True)
-        return generation_from_outputs(outputs, self.eos_token_ids, sampling.max_new_tokens, with_log_probs)
+        return generation_from_outputs(outputs, stop_ids, sampling.max_new_tokens, with_log_probs)
 
     # --- weights and memory ---
 
