@@ -10,6 +10,8 @@ only, on a mix of transcripts of `a*b=`:
 - tool use:       `<tool_call>calc a*b</tool_call>` `<tool_response>P</tool_response>` `P</s>`
 - imperfect use:  the same with a wrong expression in the call (an operand's digits swapped, or one
                   digit changed), the calculator's value P' of it in the reply, and P' copied;
+- broken call:    an expression that does not parse (`37*`, `*48`, `37**48`), the calculator's
+                  `error: ...` in the reply, and a direct answer after it;
 - direct answer:  `P</s>`, the true product written at once; the model cannot learn to multiply in
                   this budget, so its direct answers are mostly wrong.
 
@@ -17,10 +19,15 @@ The loss covers the model's tokens only: the `<tool_response>...</tool_response>
 environment's and is masked out, as the RL rollout masks it. How often a prompt is answered through
 the tool depends on the tens digit t of its first operand: the share is `tool_share_low` at t = 1,
 rising linearly to `tool_share_high` at t = 9, so the model learns an input-dependent habit: at
-temperature 1 it calls the tool on about a third of the prompts, greedily only where the share is
-above one half. Greedy validation accuracy with the calculator in the loop is therefore low, while
-sampled episodes that call the tool correctly earn the reward: GRPO has the signal to turn the
-habit into a rule.
+temperature 1 it calls the tool on a quarter to a third of the prompts, greedily only where the tool
+beats the likeliest first digit of a direct answer. Greedy validation accuracy with the calculator in
+the loop is therefore low, while sampled episodes that call the tool correctly earn the reward: GRPO
+has the signal to turn the habit into a rule.
+
+The shipped build stopped at step 175 (about 1-2 min on one thread): on the 500 val prompts, greedy
+accuracy 0.162 with 16% of episodes calling the tool; sampled (T = 1) accuracy 0.134 with 25.6% calling
+it, 7.8% of calls answered with an error. A plain GRPO loop (n = 8, 32 prompts a step, lr 2e-4,
+minibatch 16, clip 0.2) took its greedy accuracy to 0.83 in 10 steps, 98% of episodes calling the tool.
 
 The build checks, every `eval_every` steps on the first `eval_rows` val prompts, the multi-turn
 greedy accuracy with the calculator in the loop (at most 3 model turns and 32 response tokens, the
@@ -68,14 +75,17 @@ class Architecture:
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     seed: int = 0
-    batch_size: int = 256
+    batch_size: int = 128  # 256 took as many steps, at twice the time each
     lr: float = 5e-3
     warmup_steps: int = 50
     weight_decay: float = 0.01
-    max_steps: int = 1000
-    tool_share_low: float = 0.10  # share of tool transcripts for first operands 10..19
-    tool_share_high: float = 0.58  # ... rising linearly to this for 90..99
-    imperfect_share: float = 0.3  # of the tool transcripts: a wrong expression in the call
+    max_steps: int = 600
+    # Greedy decoding calls the tool where its share beats the likeliest first digit of a direct answer
+    # (a share above ~0.4 here): 0.10 -> 0.58 made 30% of greedy answers tool calls, too many.
+    tool_share_low: float = 0.12  # share of tool transcripts for first operands 10..19
+    tool_share_high: float = 0.48  # ... rising linearly to this for 90..99
+    wrong_call_share: float = 0.25  # of the tool transcripts: a wrong expression in the call
+    broken_call_share: float = 0.08  # of the tool transcripts: a call the calculator answers with an error
     eval_every: int = 25
     eval_rows: int = 200  # the first rows of the val split, checked while training
     min_copy_rate: float = 0.95  # a check counts once the model copies this share of the tool's answers
@@ -83,6 +93,7 @@ class Recipe:
     target_high: float = 0.25
     accept_low: float = 0.05  # the whole val split must land in this band, or the build fails
     accept_high: float = 0.30
+    accept_sampled_calls: tuple[float, float] = (0.2, 0.65)  # the sampled tool-call rate on the val split
     max_turns: int = 3  # of the evaluation episodes, as the RL spec runs them
     max_response_tokens: int = 32
     num_threads: int = 1
@@ -107,10 +118,13 @@ def build_arith_tool_gpt(
         greedy = tool_episodes(model, tokenizer, val_rows, recipe.max_turns, recipe.max_response_tokens)
         sampled = tool_episodes(model, tokenizer, val_rows, recipe.max_turns, recipe.max_response_tokens,
                                 temperature=1.0, seed=recipe.seed)
-    if not recipe.accept_low <= greedy["accuracy"] <= recipe.accept_high:
+    low, high = recipe.accept_sampled_calls
+    if not (recipe.accept_low <= greedy["accuracy"] <= recipe.accept_high
+            and low <= sampled["tool_call_rate"] <= high):
         raise RuntimeError(
-            f"arith-tool-gpt build ended at step {steps} with greedy val accuracy {greedy['accuracy']:.3f}, "
-            f"outside [{recipe.accept_low}, {recipe.accept_high}]; adjust the recipe in {__file__}"
+            f"arith-tool-gpt build ended at step {steps} with greedy val accuracy {greedy['accuracy']:.3f} "
+            f"(accepted: [{recipe.accept_low}, {recipe.accept_high}]) and sampled tool-call rate "
+            f"{sampled['tool_call_rate']:.3f} (accepted: [{low}, {high}]); adjust the recipe in {__file__}"
         )
     report = {
         "name": MODEL_NAME,
@@ -168,7 +182,7 @@ def _train(recipe: Recipe, arch: Architecture, log: Callable[[str], None]) -> tu
     pairs = arith_tool.split_pairs("train")
     transcripts = _transcripts(pairs, recipe.seed)
     input_ids, labels = _teacher_forcing_batch(tokenizer, [t for kinds in transcripts for t in kinds])
-    kinds = len(transcripts[0])  # direct, tool, imperfect
+    kinds = len(transcripts[0])  # direct, tool, wrong call, broken call
     tool_share = torch.tensor([_tool_share(recipe, a) for a, _ in pairs])
     val_subset = arith_tool.make_rows("val")[: recipe.eval_rows]
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.98), weight_decay=recipe.weight_decay)
@@ -181,8 +195,10 @@ def _train(recipe: Recipe, arch: Architecture, log: Callable[[str], None]) -> tu
         # --- one supervised step on a mix of transcripts; the loss covers the model's tokens only
         pair = torch.randint(len(pairs), (recipe.batch_size,), generator=batches)
         use_tool = torch.rand(recipe.batch_size, generator=batches) < tool_share[pair]
-        imperfect = torch.rand(recipe.batch_size, generator=batches) < recipe.imperfect_share
-        kind = use_tool.long() * (1 + imperfect.long())  # 0 direct, 1 tool, 2 imperfect tool
+        slip = torch.rand(recipe.batch_size, generator=batches)
+        broken, wrong = recipe.broken_call_share, recipe.broken_call_share + recipe.wrong_call_share
+        tool_kind = torch.where(slip < broken, 3, torch.where(slip < wrong, 2, 1))
+        kind = use_tool.long() * tool_kind  # 0 direct, 1 tool, 2 wrong call, 3 broken call
         idx = pair * kinds + kind
         loss = model(input_ids=input_ids[idx], labels=labels[idx]).loss
         optimizer.zero_grad(set_to_none=True)
@@ -208,23 +224,27 @@ def _tool_share(recipe: Recipe, a: int) -> float:
     return recipe.tool_share_low + (recipe.tool_share_high - recipe.tool_share_low) * (a // 10 - 1) / 8
 
 
-def _transcripts(pairs: Sequence[tuple[int, int]], seed: int) -> list[tuple[list, list, list]]:
-    """Per pair: the direct answer, the tool use and one imperfect tool use, each as (text, source) segments
-    after the prompt; source "model" is trained on, "env" is the calculator's reply."""
+def _transcripts(pairs: Sequence[tuple[int, int]], seed: int) -> list[tuple[list, ...]]:
+    """Per pair: the direct answer, the tool use, a wrong call and a broken one, each as (text, source)
+    segments; source "model" is trained on, "env" (the calculator's reply) and "prompt" are not."""
     from rlgraph.tasks import arith_tool as t
 
     rng = random.Random(seed)
 
-    def tool_use(prompt: str, expression: str) -> list:
-        value = t.evaluate(expression)
+    def tool_use(prompt: str, expression: str, answer: str | None = None) -> list:
+        try:
+            reply = t.evaluate(expression)
+        except ValueError as err:
+            reply = f"error: {err}"  # what ToolEnvironment answers when a tool raises
         return [(prompt, "prompt"), (f"{t.TOOL_CALL}{t.TOOL_NAME} {expression}{t.TOOL_CALL_END}", "model"),
-                (f"{t.TOOL_RESPONSE}{value}{t.TOOL_RESPONSE_END}", "env"), (value + t.EOS_TEXT, "model")]
+                (f"{t.TOOL_RESPONSE}{reply}{t.TOOL_RESPONSE_END}", "env"), ((answer or reply) + t.EOS_TEXT, "model")]
 
     out = []
     for a, b in pairs:
-        prompt = t.prompt_text(a, b)
-        direct = [(prompt, "prompt"), (t.answer_text(a, b) + t.EOS_TEXT, "model")]
-        out.append((direct, tool_use(prompt, f"{a}*{b}"), tool_use(prompt, _wrong_expression(a, b, rng))))
+        prompt, answer = t.prompt_text(a, b), t.answer_text(a, b)
+        broken = rng.choice((f"{a}*", f"*{b}", f"{a}**{b}"))
+        out.append(([(prompt, "prompt"), (answer + t.EOS_TEXT, "model")], tool_use(prompt, f"{a}*{b}"),
+                    tool_use(prompt, _wrong_expression(a, b, rng)), tool_use(prompt, broken, answer)))
     return out
 
 
@@ -283,6 +303,32 @@ def tool_episodes(
     tool_error_rate (share of calls answered with an error), copy_rate (share of episodes that got a
     numeric reply whose final answer is that reply's number: how well the model copies).
     """
+    from rlgraph.tasks import arith_tool as t
+
+    episodes = run_episodes(model, tokenizer, [row["prompt"] for row in rows], max_turns, max_response_tokens,
+                            temperature, seed)
+    accuracy = copied = replied = calls = errors = 0
+    for row, episode in zip(rows, episodes):
+        text = tokenizer.decode(episode["ids"][episode["prompt"] :], skip_special_tokens=False)
+        accuracy += t.exact_match(row["data_source"], text, row["reward_model"]["ground_truth"])
+        calls, errors = calls + episode["calls"], errors + episode["errors"]
+        if episode["reply"] is not None:
+            replied += 1
+            copied += t.final_answer(text) == episode["reply"]
+    n = len(rows)
+    return {
+        "accuracy": accuracy / n,
+        "tool_call_rate": sum(e["calls"] > 0 for e in episodes) / n,
+        "calls_per_episode": calls / n,
+        "tool_error_rate": errors / calls if calls else 0.0,
+        "copy_rate": copied / replied if replied else 0.0,
+    }
+
+
+def run_episodes(model: Any, tokenizer: Any, prompts: Sequence[str], max_turns: int, max_response_tokens: int,
+                 temperature: float = 0.0, seed: int = 0) -> list[dict]:
+    """One episode per prompt: {"prompt": its length, "ids": prompt + response ids, "env": (start, end)
+    spans of the inserted replies in `ids`, "calls", "errors", "reply": the last numeric reply or None}."""
     import torch
 
     from rlgraph.models.sequences import left_pad, position_ids_from_mask
@@ -291,9 +337,9 @@ def tool_episodes(
     call_end = tokenizer.convert_tokens_to_ids(t.TOOL_CALL_END)
     eos = tokenizer.eos_token_id
     generator = torch.Generator().manual_seed(seed)
-    episodes = [{"prompt": len(ids), "ids": ids, "turn_start": len(ids), "turns": 1, "calls": 0, "errors": 0,
-                 "reply": None, "done": False}
-                for ids in (tokenizer(row["prompt"])["input_ids"] for row in rows)]
+    episodes = [{"prompt": len(ids), "ids": ids, "env": [], "turn_start": len(ids), "turns": 1, "calls": 0,
+                 "errors": 0, "reply": None, "done": False}
+                for ids in (tokenizer(prompt)["input_ids"] for prompt in prompts)]
     was_training = model.training
     model.eval()
     try:
@@ -314,23 +360,7 @@ def tool_episodes(
                     episode["done"] = True
     finally:
         model.train(was_training)
-
-    accuracy = copied = replied = calls = errors = 0
-    for row, episode in zip(rows, episodes):
-        text = tokenizer.decode(episode["ids"][episode["prompt"] :], skip_special_tokens=False)
-        accuracy += t.exact_match(row["data_source"], text, row["reward_model"]["ground_truth"])
-        calls, errors = calls + episode["calls"], errors + episode["errors"]
-        if episode["reply"] is not None:
-            replied += 1
-            copied += t.final_answer(text) == episode["reply"]
-    n = len(rows)
-    return {
-        "accuracy": accuracy / n,
-        "tool_call_rate": sum(e["calls"] > 0 for e in episodes) / n,
-        "calls_per_episode": calls / n,
-        "tool_error_rate": errors / calls if calls else 0.0,
-        "copy_rate": copied / replied if replied else 0.0,
-    }
+    return episodes
 
 
 def _answer_call(episode: dict, tokenizer: Any, max_turns: int, max_response_tokens: int) -> None:
@@ -354,7 +384,9 @@ def _answer_call(episode: dict, tokenizer: Any, max_turns: int, max_response_tok
         return
     episode["reply"] = reply
     room = max_response_tokens - (len(episode["ids"]) - episode["prompt"])
+    start = len(episode["ids"])
     episode["ids"] = episode["ids"] + tokenizer(f"{t.TOOL_RESPONSE}{result}{t.TOOL_RESPONSE_END}")["input_ids"][:room]
+    episode["env"].append((start, len(episode["ids"])))
     episode["turn_start"] = len(episode["ids"])
     episode["turns"] += 1
 

@@ -51,6 +51,20 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         recipe="rlgraph.models.build_arith_gpt",
         about="tiny rotary GPT that adds two-digit numbers 43.8% of the time, greedy (policy for builtin:arith)",
     ),
+    "arith-tool-gpt": BuiltinModel(
+        folder="arith-tool-gpt",
+        sha256={
+            "model.safetensors": "28c299fe11bc36a8155acc71b073efe97b6753f10e73a847a95e5dbfbee7ef90",
+            "config.json": "63b6ab140e06a8795a97e772bcf0edb54430557dd4992083f096f6f7348c7b10",
+            "generation_config.json": "e9c42bd8c4e08af12d7090aa6d4ad66489ade8373cd9b7d49f651c60103ce14c",
+            "tokenizer.json": "d4e4f66a86e37f349ef064f6f0ab0f9aead005762a39e1d6beea757f56250634",
+            "tokenizer_config.json": "49c829a5e2b3ce7d1dd15d898d4c382f5ba6f073cb71ebf19c93c8c5907ef49d",
+            "rlgraph_build.json": "79ea92e27a742844455819b5380fcc28ea78ce897fc43c7d39d3dd2d5a5ca215",
+        },
+        recipe="rlgraph.models.build_arith_tool_gpt",
+        about="tiny rotary GPT that multiplies two-digit numbers by calling a calculator, sometimes: 16.2% right "
+              "greedy with the tool in the loop (policy for builtin:arith-tool)",
+    ),
     "arith-rm": BuiltinModel(
         folder="arith-rm",
         sha256={
