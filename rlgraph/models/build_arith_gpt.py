@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlgraph.models.recipe import build_main, deterministic, save_build
+from rlgraph.models.recipe import build_main, deterministic, save_build, tiny_llama
 
 MODEL_NAME = "builtin:arith-gpt"
 MODEL_VERSION = 2  # in rlgraph_build.json: bump it whenever the recipe below changes (v1: 2 x 128)
@@ -112,29 +112,12 @@ def build_arith_gpt(
 def _train(recipe: Recipe, arch: Architecture, log: Callable[[str], None]) -> tuple[Any, Any, int, list]:
     """(model, tokenizer, steps taken, checks) trained until greedy val-subset accuracy is in the band."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from rlgraph.models.char_tokenizer import build_char_tokenizer
     from rlgraph.models.eval import greedy_accuracy
     from rlgraph.tasks import arith
 
     tokenizer = build_char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=arch.hidden_size,
-        intermediate_size=arch.intermediate_size,
-        num_hidden_layers=arch.num_hidden_layers,
-        num_attention_heads=arch.num_attention_heads,
-        num_key_value_heads=arch.num_attention_heads,
-        max_position_embeddings=arch.max_position_embeddings,
-        rope_theta=arch.rope_theta,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    model = LlamaForCausalLM(config)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model = tiny_llama(arch, tokenizer)
     log(f"arith-gpt: {sum(p.numel() for p in model.parameters()):,} parameters; training on builtin:arith/train")
 
     input_ids, labels = _teacher_forcing_batch(tokenizer, arith.make_rows("train"))  # (9500, 10) each

@@ -31,6 +31,31 @@ def deterministic(seed: int, num_threads: int) -> Iterator[None]:
         torch.set_num_threads(threads_before)
 
 
+def tiny_llama(arch: Any, tokenizer: Any) -> Any:
+    """A fresh LlamaForCausalLM of `arch` (hidden_size, intermediate_size, num_hidden_layers,
+    num_attention_heads, max_position_embeddings, rope_theta) over `tokenizer`: tied embeddings, one KV head
+    per attention head, the tokenizer's pad/BOS/EOS ids."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=arch.hidden_size,
+        intermediate_size=arch.intermediate_size,
+        num_hidden_layers=arch.num_hidden_layers,
+        num_attention_heads=arch.num_attention_heads,
+        num_key_value_heads=arch.num_attention_heads,
+        max_position_embeddings=arch.max_position_embeddings,
+        rope_theta=arch.rope_theta,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
 def save_build(out: str | Path, model: Any, tokenizer: Any, report: dict[str, Any]) -> Path:
     """The model (safetensors) and the character tokenizer into `out`, then the build report."""
     from rlgraph.models.char_tokenizer import save_char_tokenizer

@@ -33,25 +33,36 @@ def answer_text(a: int, b: int) -> str:
 
 def split_pairs(split: str) -> list[tuple[int, int]]:
     """The (a, b) pairs of one split, in a fixed shuffled order."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r} of builtin:arith; expected one of {', '.join(SPLITS)}")
-    pairs = [(a, b) for a in range(100) for b in range(100)]
-    # random.Random(int).shuffle is stable across CPython versions and platforms.
-    random.Random(SPLIT_SEED).shuffle(pairs)
-    return pairs[:NUM_VAL] if split == "val" else pairs[NUM_VAL:]
+    return seeded_split([(a, b) for a in range(100) for b in range(100)], split, SPLIT_SEED, NUM_VAL, "builtin:arith")
 
 
 def make_rows(split: str) -> list[dict[str, Any]]:
     """The rows of one split in verl's schema, ``extra_info.index`` numbering them from 0."""
+    return pair_rows(split_pairs(split), split, DATA_SOURCE, prompt_text, answer_text)
+
+
+def seeded_split(pairs: list[tuple[int, int]], split: str, seed: int, num_val: int,
+                 task: str) -> list[tuple[int, int]]:
+    """`split` of `pairs` shuffled by `seed`: the first `num_val` are val, the rest train."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r} of {task}; expected one of {', '.join(SPLITS)}")
+    pairs = list(pairs)
+    # random.Random(int).shuffle is stable across CPython versions and platforms.
+    random.Random(seed).shuffle(pairs)
+    return pairs[:num_val] if split == "val" else pairs[num_val:]
+
+
+def pair_rows(pairs: list[tuple[int, int]], split: str, data_source: str, prompt: Any, answer: Any) -> list[dict[str, Any]]:
+    """Rows in verl's schema for (a, b) pairs, `prompt(a, b)` and `answer(a, b)` the texts."""
     return [
         {
-            "data_source": DATA_SOURCE,
-            "prompt": prompt_text(a, b),
+            "data_source": data_source,
+            "prompt": prompt(a, b),
             "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": answer_text(a, b)},
+            "reward_model": {"style": "rule", "ground_truth": answer(a, b)},
             "extra_info": {"split": split, "index": i, "a": a, "b": b},
         }
-        for i, (a, b) in enumerate(split_pairs(split))
+        for i, (a, b) in enumerate(pairs)
     ]
 
 

@@ -18,9 +18,10 @@ dataset schema, as in `rlgraph.tasks.arith`.
 from __future__ import annotations
 
 import ast
-import random
 from fractions import Fraction
 from typing import Any
+
+from rlgraph.tasks import arith
 
 DATA_SOURCE = "rlgraph/arith-tool"
 SPLITS = ("train", "val")
@@ -50,25 +51,13 @@ def answer_text(a: int, b: int) -> str:
 
 def split_pairs(split: str) -> list[tuple[int, int]]:
     """The (a, b) pairs of one split, in a fixed shuffled order."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r} of builtin:arith-tool; expected one of {', '.join(SPLITS)}")
-    pairs = [(a, b) for a in OPERANDS for b in OPERANDS]
-    random.Random(SPLIT_SEED).shuffle(pairs)  # stable across CPython versions and platforms
-    return pairs[:NUM_VAL] if split == "val" else pairs[NUM_VAL:]
+    return arith.seeded_split([(a, b) for a in OPERANDS for b in OPERANDS], split, SPLIT_SEED, NUM_VAL,
+                              "builtin:arith-tool")
 
 
 def make_rows(split: str) -> list[dict[str, Any]]:
     """The rows of one split in verl's schema, ``extra_info.index`` numbering them from 0."""
-    return [
-        {
-            "data_source": DATA_SOURCE,
-            "prompt": prompt_text(a, b),
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": answer_text(a, b)},
-            "extra_info": {"split": split, "index": i, "a": a, "b": b},
-        }
-        for i, (a, b) in enumerate(split_pairs(split))
-    ]
+    return arith.pair_rows(split_pairs(split), split, DATA_SOURCE, prompt_text, answer_text)
 
 
 def final_answer(solution_str: str) -> str:

@@ -125,10 +125,9 @@ def test_the_ids_trained_on_are_the_ids_generated_and_the_replies_sit_out_of_the
         assert model_ids == expected  # token-in, token-out: never decoded and encoded again
         assert rollout.loss_mask[row].bool().tolist() == (rollout.token_source[row] == TokenSource.MODEL).tolist()
         assert (rollout.sample_log_probs[row][rollout.token_source[row] == TokenSource.ENV] == 0).all()
-        # the lossy decode really loses something: a re-tokenising runtime would have other ids
-        text = engine.tokenizer.decode(rollout.responses[row][: segments[-1].stop].tolist(), skip_special_tokens=False)
-        assert engine.tokenizer.encode(text, add_special_tokens=False) != rollout.responses[row][: segments[-1].stop].tolist() \
-            or " " not in engine.tokenizer.inner.decode(rollout.responses[row].tolist())
+        if len(segments) > 1:  # the lossy decode loses the reply's space: a re-tokenising runtime would differ
+            ids = rollout.responses[row][: segments[-1].stop].tolist()
+            assert engine.tokenizer.encode(engine.tokenizer.decode(ids), add_special_tokens=False) != ids
     assert any(len(rollout.segments(row)) == 3 for row in range(len(rollout)))
     assert rollout.episodes is not None and all(not e["failed"] for e in rollout.episodes)
     assert all(e["env_tokens"] == int((rollout.token_source[i] == TokenSource.ENV).sum())
