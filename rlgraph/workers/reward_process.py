@@ -234,19 +234,25 @@ _LOAD_TIMEOUT_S = 60.0  # importing a reward module may take a while (sympy, ...
 _CHILD_CODE = "import sys; from rlgraph.workers.reward_process import serve; serve(int(sys.argv[1]), int(sys.argv[2]))"
 
 
-def serve(conn_fd: int, slot_fd: int) -> None:
-    """The child's main loop: load the function, then score batches until the parent goes away."""
-    conn = Connection(conn_fd)
-    slot = mmap.mmap(slot_fd, _SLOT.size)
+def become_child() -> None:
+    """What a child process of user code does first: exit when the parent dies (killed while this child was
+    busy in the user's code, which would otherwise run on orphaned), and leave Ctrl-C to the parent."""
     parent = os.getppid()
 
-    def orphaned() -> None:  # the parent died (killed) while this child was busy in the function
+    def orphaned() -> None:
         while os.getppid() == parent:
             time.sleep(1.0)
         os._exit(0)
 
     threading.Thread(target=orphaned, daemon=True).start()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def serve(conn_fd: int, slot_fd: int) -> None:
+    """The child's main loop: load the function, then score batches until the parent goes away."""
+    conn = Connection(conn_fd)
+    slot = mmap.mmap(slot_fd, _SLOT.size)
+    become_child()
     path, fn_ref, base_dir, batched = conn.recv()
     sys.path[:] = path  # the parent's: a reward module next to the spec, or put there by a test
     _SLOT.pack_into(slot, 0, _LOADING, time.monotonic())

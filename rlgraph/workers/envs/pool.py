@@ -26,7 +26,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import traceback
 import weakref
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlgraph.workers.envs.base import Observation, Turn
 from rlgraph.workers.envs.loading import EnvError, load_env_class
-from rlgraph.workers.reward_process import as_score, shown
+from rlgraph.workers.reward_process import as_score, become_child, shown
 
 if TYPE_CHECKING:
     from rlgraph.contract.settings import EnvSettings
@@ -304,15 +303,7 @@ class _Timeout(BaseException):
 def serve(conn_fd: int) -> None:
     """The child's main loop: load the class, then run requests until the parent goes away."""
     conn = Connection(conn_fd)
-    parent = os.getppid()
-
-    def orphaned() -> None:  # the parent died (killed) while this child was busy in an environment
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(0)
-
-    threading.Thread(target=orphaned, daemon=True).start()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    become_child()
     path, settings = conn.recv()
     sys.path[:] = path  # the parent's: an environment module next to the spec, or put there by a test
     try:
