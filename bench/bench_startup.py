@@ -105,7 +105,7 @@ def phases_worker(spec: str) -> dict[str, Any]:
             from rlgraph.contract import settings as s
 
             # what loading costs does not depend on the settings' values: the schema's defaults
-            optim = s.OptimSettings(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, grad_clip=1.0)
+            optim = s.OptimSettings(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0)
             path = resolve_model_path(model)
             self.workers = [PolicyWorker(path, s.ActorSettings("float32", "ddp", None, None, 0.0, optim, False, None, False, False), seed=0)]
             if ref:

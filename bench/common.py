@@ -217,7 +217,7 @@ def step_work(spec: str | Path, overrides: list[str] | None = None) -> StepWork:
     return StepWork(
         spec=str(spec), model=model_of(actor_role), prompts=int(plan.data.batch_size), n=n,
         max_new_tokens=int(g.max_new_tokens), temperature=float(g.temperature), top_p=float(g.top_p),
-        top_k=int(g.top_k), seed=int(plan.train.seed), train=plan.data.train, val=plan.data.val,
+        top_k=int(g.top_k), seed=int(plan.train.seed), train=plan.data.train[0], val=plan.data.val[0] if plan.data.val else None,  # bench specs: one file each
         max_prompt_length=plan.data.max_prompt_length, keep_sample_log_probs=bool(g.keep_log_probs),
         estimator=estimator.target,
         estimator_kwargs={k: v for k, v in asdict(estimator.settings).items() if v is not None},

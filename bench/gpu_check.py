@@ -135,7 +135,7 @@ def build_model(folder: Path, shape: str) -> int:
 
 
 def optim(lr: float = 1e-6) -> s.OptimSettings:
-    return s.OptimSettings(lr=lr, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, grad_clip=1.0)
+    return s.OptimSettings(lr=lr, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0)
 
 
 def actor_settings(dtype: str, micro: int, *, strategy: str = "ddp", checkpointing: bool = False) -> s.ActorSettings:
@@ -210,7 +210,7 @@ def plan_estimate(shape: str, params: int, device_gib: float, prompts_n: int, n:
     cfg = SHAPES[shape]
     text = f"""rlgraph 1
 model policy {{
-  path = "gpu-check"  params = {params}
+  path = "rlgraph/gpu-check"  params = {params}
   layers = {cfg['num_hidden_layers']}  hidden = {cfg['hidden_size']}  heads = {cfg['num_attention_heads']}
   kv_heads = {cfg['num_key_value_heads']}  vocab = {cfg['vocab_size']}
 }}
@@ -366,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         actor = state["actor"]
         rollout_worker = RolloutWorker(str(folder), s.RolloutSettings(
             engine="hf", n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=response, tp=1,
-            memory_fraction=0.5, dtype="bfloat16"), seed=0, device=str(device))
+            memory_fraction=0.5, dtype="bfloat16", val=s.ValSettings(n=1, temperature=0.0, top_p=1.0, top_k=0)),
+            seed=0, device=str(device))
         host_before = host_peak_gib()
         start = time.perf_counter()
         weights = dict(actor.module.state_dict())

@@ -1,4 +1,4 @@
-"""`rlgraph run | plan | check | fmt | export`. Thin: each command imports what it needs when it runs.
+"""`rlgraph run | plan | check | fmt | export | import`. Thin: each command imports what it needs when it runs.
 
 `check`, `plan` and `fmt` never import torch, ray or transformers and never run
 code named in a spec, so they are fast and safe on a spec from anyone's repo.
@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("file", metavar="FILE")
     plan.add_argument("--format", choices=("text", "json", "dot", "html"), default="text")
     plan.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of standard output")
+    plan.add_argument("--fit", action="store_true", help="when the plan is out of memory, print the smallest "
+                      "change verified to fit as a diff of the spec (with -o PATH, write the fitting spec there)")
     _add_overrides(plan)
 
     run = sub.add_parser("run", help="train: compile, plan, start Ray and run the loop")
@@ -56,6 +58,14 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--role", metavar="NAME", help="the role to export (default: the actor)")
     export.add_argument("--base", metavar="FOLDER", help="the base model of LoRA adapters, where the one their "
                         "adapter_config.json names has moved")
+
+    imp = sub.add_parser("import", help="write a spec from another framework's launch (verl: a shell script, "
+                         "key=value lines or a YAML config)")
+    imp.add_argument("framework", choices=("verl",))
+    imp.add_argument("file", metavar="FILE")
+    imp.add_argument("--device-memory", metavar="SIZE", help="memory of one device, e.g. 80GiB (verl's launches "
+                     "do not state it)")
+    imp.add_argument("-o", "--output", metavar="OUT.rl", help="write the spec here instead of standard output")
     return parser
 
 
@@ -68,12 +78,22 @@ def main(argv: list[str] | None = None) -> int:
         from rlgraph.commands.fmt import fmt_command
         return fmt_command(args.files, check=args.check, diff=args.diff)
     if args.command == "plan":
+        if args.fit:
+            if args.overrides or args.format != "text":
+                sys.stderr.write("rlgraph plan: --fit edits the spec file: write overrides into it, and leave out "
+                                 "--format\n")
+                return EXIT_USAGE
+            from rlgraph.commands.plan import fit_command
+            return fit_command(args.file, args.output)
         from rlgraph.commands.plan import plan_command
         return plan_command(args.file, args.overrides, args.format, args.output)
     if args.command == "run":
         from rlgraph.commands.run import run_command
         return run_command(args.file, args.overrides, args.output, args.address, resume=not args.no_resume,
                            accept_changes=args.accept_changes)
+    if args.command == "import":
+        from rlgraph.commands.import_verl import import_verl_command
+        return import_verl_command(args.file, args.device_memory, args.output)
     if args.command == "export":
         from rlgraph.commands.export import export_command
         return export_command(args.source, args.out, role=args.role, base=args.base)

@@ -61,6 +61,7 @@ role actor {
   strategy = fsdp
   dtype = bf16
   micro_batch = 16
+  gradient_checkpointing = true
   optim { lr = 1e-6  warmup_steps = 10 }
 }
 
@@ -84,6 +85,7 @@ role critic {
   strategy = fsdp
   dtype = bf16
   micro_batch = 16
+  gradient_checkpointing = true
   optim { lr = 1e-5  warmup_steps = 5 }
 }
 

@@ -25,8 +25,8 @@ def check_command(files: list[str], overrides: list[str], fmt: str) -> int:
         sys.stdout.write(json.dumps([d.to_json() for d in diagnostics], indent=2) + "\n")
     elif fmt == "full":
         errors = sum(d.is_error for d in diagnostics)
-        warnings = len(diagnostics) - errors
-        if diagnostics:
+        warnings = sum(d.severity == "warning" for d in diagnostics)  # notes (facts about the plan) are not counted
+        if errors or warnings:
             sys.stdout.write(f"Found {errors} error{'s' * (errors != 1)} and "
                              f"{warnings} warning{'s' * (warnings != 1)} in {len(files)} file{'s' * (len(files) != 1)}.\n")
         else:

@@ -9,7 +9,7 @@ from rlgraph.compiler.graph import StepGraph
 from rlgraph.diagnostics import Diagnostic, has_errors
 from rlgraph.spec.loader import load
 from rlgraph.spec.overrides import apply_overrides
-from rlgraph.spec.program import Program
+from rlgraph.spec.program import InvalidValue, Program
 from rlgraph.spec.validate import to_program
 
 
@@ -40,8 +40,17 @@ def compile_spec(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Comp
     result.program, result.graph = program, graph
     result.diagnostics = list(loaded.diagnostics) + problems + build_problems
     for check in PASSES:
-        result.diagnostics += check(program, graph)
+        result.diagnostics += run_check(check, program, graph)
     return _dedupe(result)
+
+
+def run_check(check, *args) -> list[Diagnostic]:
+    """A check's diagnostics; none when it reads a value the spec wrote wrongly (InvalidValue): that value was
+    reported where it is written, and a check computed on a default would report things that are not so."""
+    try:
+        return check(*args)
+    except InvalidValue:
+        return []
 
 
 def _dedupe(result: Compilation) -> Compilation:

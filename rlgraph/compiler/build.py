@@ -10,7 +10,7 @@ from rlgraph.compiler.graph import DATA_NODE, CallNode, StepGraph, SyncEdge
 from rlgraph.contract.rollouts import FILTER_GROUPS
 from rlgraph.diagnostics import Diagnostic, Span, error
 from rlgraph.spec import ast
-from rlgraph.spec.program import Program
+from rlgraph.spec.program import Decl, Program, Values
 from rlgraph.spec.schema import TypeMismatch
 from rlgraph.spec.validate import did_you_mean
 
@@ -18,8 +18,12 @@ from rlgraph.spec.validate import did_you_mean
 def user_functions(program: Program) -> dict[str, UserFunction]:
     """The spec's declared transforms and losses, by name."""
     base_dir = os.path.dirname(os.path.abspath(program.path))
-    return {decl.name: UserFunction(decl.name, decl.keyword, decl.get("fn") or "", tuple(decl.get("inputs") or ()),
-                                    tuple(decl.get("outputs") or ()), dict(decl.get("args") or {}), decl.span, base_dir)
+
+    def read(decl: Decl, key: str, empty):  # a wrong value (reported) declares nothing: calls of it are skipped
+        return (decl.get(key) or empty) if decl.is_valid(key) else empty
+
+    return {decl.name: UserFunction(decl.name, decl.keyword, read(decl, "fn", ""), tuple(read(decl, "inputs", ())),
+                                    tuple(read(decl, "outputs", ())), dict(read(decl, "args", {})), decl.span, base_dir)
             for decl in (*program.transforms.values(), *program.losses.values())}
 
 
@@ -74,7 +78,7 @@ def _signature(call: ast.Call, program: Program, diagnostics: list[Diagnostic],
 
 
 def _kwargs(call: ast.Call, signature: Signature, diagnostics: list[Diagnostic], program: Program):
-    values = {name: key.default for name, key in signature.kwargs.items()}
+    values = Values({name: key.default for name, key in signature.kwargs.items()})
     spans = {}
     for kwarg in call.kwargs:
         if kwarg.key == "policy_loss" and isinstance(kwarg.value, ast.Ident) and kwarg.value.value in program.losses:
@@ -100,6 +104,7 @@ def _kwargs(call: ast.Call, signature: Signature, diagnostics: list[Diagnostic],
                 close = did_you_mean(str(getattr(kwarg.value, "value", "")), program.losses)
             diagnostics.append(error("wrong-type", f"wrong value for `{kwarg.key}` of `{call.label}`: {message}",
                                      kwarg.value.span, f"`{kwarg.key}`: {key.doc}", label=close))
+            values.invalid.add(kwarg.key)  # checks and settings that read it are skipped
             continue
         spans[kwarg.key] = kwarg.value.span
     for name, key in signature.kwargs.items():
@@ -158,7 +163,7 @@ def build_graph(program: Program) -> tuple[StepGraph, list[Diagnostic]]:
             continue
         kind, role_kind, signature = resolved
         kwargs, kwarg_spans = _kwargs(statement.call, signature, diagnostics, program)
-        loss = kwargs.get("policy_loss")
+        loss = None if "policy_loss" in kwargs.invalid else kwargs.get("policy_loss")
         user = functions.get(statement.call.target) if kind == "transform" else \
             functions[loss] if loss in program.losses else None
         ports = _ports(statement, signature, diagnostics, user.span if user is not None else None)

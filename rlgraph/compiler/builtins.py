@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from rlgraph.contract.methods import ROLE_METHODS as CONTRACT
 from rlgraph.contract.methods import Port
 from rlgraph.diagnostics import Span
-from rlgraph.spec.schema import Bool, Choice, Float, Int, Key, Like, Ref
+from rlgraph.spec.schema import MAX_BATCH, Bool, Choice, Float, Int, Key, Like, Ref
 
 LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k2+", "k3+", "low_var_kl+")
@@ -60,7 +60,19 @@ _DOCS = {
     ("critic", "update"): "clipped value-loss update over mini-batches",
     ("reward_model", "score"): "a sequence classifier's score on the reward token of each response",
 }
+# A forward pass's own micro-batch (verl sizes log-prob passes apart from updates: log_prob_micro_batch_size_per_gpu,
+# log_prob_max_token_len_per_gpu); unset: the role's micro_batch or micro_batch_tokens.
+_FORWARD = {
+    "micro_batch": Key(Int(min=1, max=MAX_BATCH), "samples per device per forward pass of this call, instead of the "
+                       "role's micro_batch / micro_batch_tokens (verl: log_prob_micro_batch_size_per_gpu)"),
+    "micro_batch_tokens": Key(Int(min=1), "token budget per device per forward pass of this call, instead of the "
+                              "role's (verl: log_prob_max_token_len_per_gpu with use_dynamic_bsz)"),
+}
 _KWARGS: dict[tuple[str, str], dict[str, Key]] = {
+    ("actor", "log_prob"): _FORWARD,
+    ("ref", "log_prob"): _FORWARD,
+    ("critic", "values"): _FORWARD,
+    ("reward_model", "score"): _FORWARD,
     # per call, so one step can sample and decode greedily (ReMax's baseline); unset: the rollout role's value
     ("rollout", "generate"): {
         "n": Key(Int(min=1), "samples per prompt of this call (default: the rollout's `n`)"),

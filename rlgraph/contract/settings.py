@@ -25,7 +25,8 @@ class OptimSettings:
     lr: float
     betas: tuple[float, float]
     weight_decay: float
-    warmup_steps: int
+    warmup_steps: int  # with warmup_ratio: int(ratio x the run's steps), filled in once those are known
+    warmup_ratio: float | None  # the spec's optim.warmup_ratio (verl: lr_warmup_steps_ratio); None = not given
     grad_clip: float | None  # clip the global gradient norm to this; None = off (the spec's 0)
 
 
@@ -84,6 +85,18 @@ class RewardModelSettings:
 
 
 @dataclass(frozen=True)
+class ValSettings:
+    """How validation generates (verl: rollout.val_kwargs). val/score/mean scores one answer per prompt, at
+    `temperature` when n = 1 (0 = greedy), else the greedy one; n > 1 adds mean@n and best@n of n answers
+    sampled at `temperature`."""
+
+    n: int
+    temperature: float
+    top_p: float
+    top_k: int  # 0 = all tokens
+
+
+@dataclass(frozen=True)
 class RolloutSettings:
     engine: str  # a name in the engine registry (rlgraph/workers/engines)
     n: int  # samples per prompt
@@ -94,6 +107,7 @@ class RolloutSettings:
     tp: int  # devices per replica
     memory_fraction: float
     dtype: str
+    val: ValSettings  # validation sampling, with train.val_samples folded in
 
 
 # ---- call settings: one class per kind of call -----------------------------------------------------
@@ -257,10 +271,10 @@ class RewardSettings:
 
 @dataclass(frozen=True)
 class TrainSettings:
-    steps: int
+    steps: int | None  # None: counted from `epochs` when the data is loaded (rlgraph.runtime.loop)
+    epochs: int | None  # passes over data.train; None when `steps` is given (it wins, as verl's does)
     seed: int
     validate_every: int  # 0 = only before the first and after the last step
-    val_samples: int
     checkpoint_every: int  # 0 = only after the last step
     keep_checkpoints: int
     deterministic: bool  # GPU workers use deterministic kernels (CPU ones always are)
@@ -272,8 +286,8 @@ class TrainSettings:
 
 @dataclass(frozen=True)
 class DataSettings:
-    train: str
-    val: str | None
+    train: tuple[str, ...]  # data names, read one after the other (verl: data.train_files)
+    val: tuple[str, ...] | None
     batch_size: int  # prompts per step
     max_prompt_length: int
     shuffle: bool
@@ -303,11 +317,12 @@ TRANSFORM_SETTINGS: dict[str, type] = {
 SETTINGS_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (
     NoSettings, GenerateSettings, LogProbSettings, ForwardSettings, ActorUpdateSettings, CriticUpdateSettings,
     UserFunctionSettings, EnvSettings,
-    *ROLE_SETTINGS.values(), *TRANSFORM_SETTINGS.values(), TrainSettings, DataSettings, RewardSettings,
+    *ROLE_SETTINGS.values(), *TRANSFORM_SETTINGS.values(), TrainSettings, DataSettings, RewardSettings, ValSettings,
 )}
 
-_NESTED = {"optim": OptimSettings, "lora": LoraSettings, "user_loss": UserFunctionSettings, "env": EnvSettings}
-_TUPLES = ("betas", "target_modules", "inputs", "outputs", "loggers")
+_NESTED = {"optim": OptimSettings, "lora": LoraSettings, "user_loss": UserFunctionSettings, "env": EnvSettings,
+           "val": ValSettings}
+_TUPLES = ("betas", "target_modules", "inputs", "outputs", "loggers", "train", "val")
 
 
 class SettingsError(ValueError):

@@ -2,6 +2,7 @@
 
     path = resolve_data_path("builtin:arith/train")   # or "data/train.parquet", "data/train.jsonl"
     rows = load_rows(path)                             # DataError names file + row on a bad row
+    rows = load_files(["a.parquet", "b.jsonl"])        # several files, one after the other
     dataset = RLDataset(rows, tokenizer, max_prompt_length=64)
     loader = make_dataloader(dataset, batch_size=32, seed=0)
 
@@ -19,6 +20,7 @@ _EXPORTS = {
     "cache_dir": "rlgraph.data.cache",
     "resolve_data_path": "rlgraph.data.paths",
     "load_rows": "rlgraph.data.rows",
+    "load_files": "rlgraph.data.rows",
     "check_row": "rlgraph.data.rows",
     "RLDataset": "rlgraph.data.dataset",
     "encode_prompt": "rlgraph.data.dataset",

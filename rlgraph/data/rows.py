@@ -44,6 +44,17 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def load_files(names: str | list[str] | tuple[str, ...]) -> list[dict[str, Any]]:
+    """The rows of every data name (a path or `builtin:<task>/<split>`), one file after the other, each
+    checked as `load_rows` does: a bad row names its own file (verl's data.train_files)."""
+    from rlgraph.data.paths import resolve_data_path
+
+    rows: list[dict[str, Any]] = []
+    for name in [names] if isinstance(names, str) else names:
+        rows += load_rows(resolve_data_path(name))
+    return rows
+
+
 def check_row(
     row: Any, *, file: str, row_number: int, where: str = "row", default_source: str = "unknown"
 ) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Code:
     name: str
-    severity: str  # "error" | "warning"
+    severity: str  # "error" | "warning" | "note" (a fact about the plan, not a problem)
     summary: str
 
 
@@ -56,6 +56,7 @@ _ALL = [
     Code("duplicate-update", "error", "a trained role is updated more than once in one step"),
     Code("ignored-input", "warning", "an input that the call's arguments make it ignore"),
     Code("greedy-group", "warning", "a group estimator over greedy samples: every advantage is zero"),
+    Code("single-sample-group", "warning", "a group estimator over one sample per prompt: raw scores, no baseline"),
     Code("async-colocated", "error", "asynchronous training with a rollout that shares its devices with training"),
     Code("async-no-sync", "error", "asynchronous training with a rollout that never gets the policy's weights"),
     Code("no-effect", "warning", "a call argument that the step's inputs make a no-op"),
@@ -77,6 +78,12 @@ _ALL = [
     Code("micro-batch-unset", "warning", "a role on GPUs runs each pass on its whole share of the batch at once"),
     Code("tp-heads", "error", "a tp that does not divide the model's attention heads or key/value heads"),
     Code("idle-devices", "warning", "devices of a pool that no role uses"),
+    Code("engine-memory", "error", "a rollout engine's memory_fraction cannot hold its weights and one sequence"),
+    Code("engine-batch", "note", "how many sequences a paged engine runs at once, and in how many waves"),
+    Code("model-path", "error", "a model path that is no local folder with a readable config.json"),
+    Code("data-path", "error", "a data file that is not there, or a built-in data set that does not exist"),
+    Code("remote-model", "note", "a model named by a Hugging Face hub id: its weights must be where the run happens"),
+    Code("conflicting-keys", "error", "two settings that say the same thing in different ways"),
     # --- what rlgraph's runtime implements (`run` refuses all but setting-ignored) -----
     Code("kind-not-implemented", "warning", "a role of a kind the runtime does not run"),
     Code("engine-not-implemented", "warning", "a rollout engine the runtime does not implement"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rlgraph.compiler import Compilation
 from rlgraph.diagnostics import Diagnostic
 from rlgraph.plan.checks import plan_checks
@@ -13,7 +15,7 @@ from rlgraph.contract.rollouts import trained_generate
 from rlgraph.plan.resolve import (call_settings, data_settings, env_settings, generate_settings, reward_settings,
                                   train_settings)
 from rlgraph.plan.schedule import schedule
-from rlgraph.spec.schema import BLOCKS
+from rlgraph.spec.program import InvalidValue
 
 
 def _order(d: Diagnostic):
@@ -30,17 +32,22 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
     plan = Plan(spec=compilation.path)
     program, graph = compilation.program, compilation.graph
     if program is not None:
-        plan.pools, plan.roles, plan.placements, placed = place(program)
-        plan.memory, estimated = estimate(program, plan.pools, plan.roles, plan.placements)
-        checked = plan_checks(program, plan.placements, diagnostics + placed)
-        diagnostics += placed + estimated + check_tokenizers(program) + checked
+        # a step that reads a value the spec wrote wrongly (reported already) is skipped, not computed with a
+        # default: `strategy = megatron` is no reason to estimate memory as for ddp
+        plan.pools, plan.roles, plan.placements, placed = _unless_invalid(lambda: place(program), ([], [], [], []))
+        plan.memory, estimated = _unless_invalid(
+            lambda: estimate(program, plan.pools, plan.roles, plan.placements), ([], []))
+        checked = _unless_invalid(lambda: plan_checks(program, plan.placements, diagnostics + placed), [])
+        diagnostics += placed + estimated + _unless_invalid(lambda: check_tokenizers(program), []) + checked
         plan.rewards = {name: decl.get("fn") for name, decl in program.rewards.items()}
         plan.reward_settings = {name: reward_settings(decl.values) for name, decl in program.rewards.items()}
         plan.models = {name: dict(decl.values) for name, decl in program.models.items()}
-        plan.envs = {name: env_settings(program, decl) for name, decl in program.envs.items()}
+        # shown with the default in place of a wrong value (reported): the plan lists every env; nothing is
+        # checked or run from these settings, since a plan with errors never runs
+        plan.envs = {name: env_settings(program, replace(decl, values=dict(decl.values)))
+                     for name, decl in program.envs.items()}
         plan.data = _or_none(lambda: data_settings(program))
-        plan.train = _or_none(lambda: train_settings(program.train.values if program.train is not None
-                                                     else {name: key.default for name, key in BLOCKS["train"].keys.items()}))
+        plan.train = _or_none(lambda: train_settings(program))
     if graph is not None:
         plan.schedule, stage_of = schedule(graph, plan.placements)
         roles = {r.name: r.settings for r in plan.roles}
@@ -62,8 +69,15 @@ def _or_none(resolve):
     """Resolved settings, or None where the spec has errors in them (a plan with errors never runs)."""
     try:
         return resolve()
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError, InvalidValue):
         return None
+
+
+def _unless_invalid(step, skipped):
+    try:
+        return step()
+    except InvalidValue:
+        return skipped
 
 
 def build_plan(compilation: Compilation) -> Plan:

@@ -23,7 +23,7 @@ RESUME_SAFE = frozenset({
     "train.validate_every",
     "train.checkpoint_every",
     "train.keep_checkpoints",
-    "train.val_samples",
+    "train.val_samples",  # plans before version 3; now the rollout's `val.n`
     "train.max_failures",
     "train.samples_every",
     "train.loggers",
@@ -67,8 +67,9 @@ class Change:
     def resume_safe(self) -> bool:
         role_field = not self.is_entity and self.key.count(".") == 1 and self.key.split(".")[1]
         reward_field = self.key.startswith("rewards.") and self.key.count(".") == 2 and self.key.split(".")[2]
+        validation = not self.is_entity and self.key.split(".")[1:2] == ["val"]  # a rollout's `val { ... }`
         return (self.key in RESUME_SAFE or role_field in RESUME_SAFE_ROLE_FIELDS
-                or reward_field in RESUME_SAFE_REWARD_FIELDS)
+                or reward_field in RESUME_SAFE_REWARD_FIELDS or validation)
 
     def render(self) -> str:
         if self.is_entity:

@@ -21,8 +21,14 @@ docs/memory.md writes out every formula; in short, per device:
   actor's base with the adapters off.
 - rollout: weights in its dtype split over tp, or nothing for an hf rollout
   colocated with the actor whose model it generates with (the hybrid engine
-  reads the actor's weights in place; sglang keeps a copy of its own); plus the
-  KV cache of its share of the batch.
+  reads the actor's weights in place). hf: plus the KV cache of its share of
+  the batch. sglang / vllm: `memory_fraction` of the device, weights and KV pool
+  (memory_engine.py), whatever the batch.
+- per call (memory_activations.py): an update's grads, activations and logits; a
+  forward's activations and logits; a colocated engine's memory while it generates.
+  Calls on a device run one at a time: its peak is resident + the largest call.
+- an out-of-memory names the biggest cause first and only changes verified to fit
+  (memory_advice.py).
 - offload (`offloaded_items`): what a role keeps in host memory leaves its
   device's estimate and is listed in the row's `host` instead.
 
@@ -35,12 +41,18 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlgraph.compiler.topology import model_of, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
+from rlgraph.diagnostics.codes import CODES
+from rlgraph.plan.memory_activations import Pass, activation_bytes
+from rlgraph.plan.memory_advice import first_cause, verified_fixes
+from rlgraph.plan.memory_engine import PAGED_ENGINES, EngineBudget, kv_bytes_per_token
 from rlgraph.plan.model import MemoryRow, Placement, PoolPlan, RolePlan
+from rlgraph.plan.placement import place
 from rlgraph.plan.view import format_bytes
 from rlgraph.spec.program import Decl, Program
 from rlgraph.spec.validate import did_you_mean
@@ -66,6 +78,8 @@ BUILTIN_MODELS: dict[str, dict] = {
 # `builtin:arith-rm` (rlgraph/models/build_arith_rm.py) is arith-gpt's body under a one-score head
 # (64 more parameters than the tied LM head it replaces: nothing at this scale).
 BUILTIN_MODELS["builtin:arith-rm"] = BUILTIN_MODELS["builtin:arith-gpt"]
+# `builtin:arith-tool-gpt` (rlgraph/models/build_arith_tool_gpt.py): arith-gpt's shape, 4 tool-call tags more
+BUILTIN_MODELS["builtin:arith-tool-gpt"] = {**BUILTIN_MODELS["builtin:arith-gpt"], "vocab_size": 54}
 
 
 @dataclass(frozen=True)
@@ -187,8 +201,8 @@ def adapter_params(shape: ModelShape, rank: int, targets: str | list[str]) -> in
         return None
     h, q, kv = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
     dims = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h)}
-    if shape.intermediate:
-        i = shape.intermediate
+    i = intermediate_size(shape)
+    if i:
         dims.update(gate_proj=(h, i), up_proj=(h, i), down_proj=(i, h))
     elif targets == "all-linear":
         return None
@@ -214,53 +228,183 @@ def offloaded_items(role: Decl) -> tuple[str, ...]:
 def kv_cache_bytes(shape: ModelShape, *, prompt_length: int, new_tokens: int, sequences: int, dtype: str,
                    tp: int = 1) -> int:
     """KV cache per device: 2 (K, V) × layers × kv_heads per device × head_dim × tokens × sequences × bytes."""
-    kv_heads_per_device = _ceil_div(shape.kv_heads, tp)
-    return (2 * shape.layers * kv_heads_per_device * shape.head_dim * (prompt_length + new_tokens)
-            * sequences * DTYPE_BYTES[dtype])
+    return (kv_bytes_per_token(shape.layers, shape.kv_heads, shape.head_dim, DTYPE_BYTES[dtype], tp)
+            * (prompt_length + new_tokens) * sequences)
 
 
-def role_memory(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | None) -> tuple[dict[str, int], list[str]]:
-    """Bytes per device of one replica of `role`, by item; and what could not be estimated."""
-    items: dict[str, int] = {}
-    unknown: list[str] = []
+@dataclass(frozen=True)
+class StepShape:
+    """What the step hands each call: prompts per step, samples per prompt, the lengths, each role's calls."""
+
+    batch: int | None  # prompts per step
+    n: int  # samples per prompt of the trained generate call
+    prompt: int  # max_prompt_length
+    response: int  # max_new_tokens of that call's rollout
+    calls: dict[str, list[tuple[str, dict]]]  # role name -> [(method, the call's own arguments)]
+
+    @property
+    def length(self) -> int:
+        return self.prompt + self.response
+
+
+def step_shape(program: Program) -> StepShape:
+    calls: dict[str, list[tuple[str, dict]]] = {}
+    for statement in (program.step.statements if program.step is not None else ()):
+        call = getattr(statement, "call", None)
+        if call is not None and call.target in program.roles and call.method:
+            kwargs = {a.key: getattr(a.value, "value", None) for a in call.kwargs}
+            calls.setdefault(call.target, []).append((call.method, kwargs))
+    rollouts = [(name, kw) for name, methods in calls.items() for method, kw in methods if method == "generate"]
+    name, kw = rollouts[0] if rollouts else (next((r.name for r in program.roles.values() if r.kind == "rollout"),
+                                                  None), {})
+    rollout = program.roles.get(name) if name else None
+    n = kw.get("n") or (rollout.get("n", 1) if rollout is not None else 1)
+    data = program.data
+    return StepShape(batch=data.get("batch_size") if data is not None else None, n=n,
+                     prompt=data.get("max_prompt_length", 64) if data is not None else 64,
+                     response=rollout.get("max_new_tokens", 32) if rollout is not None else 0, calls=calls)
+
+
+def intermediate_size(shape: ModelShape) -> int | None:
+    """The MLP's inner size: config.json's, else what the parameter count leaves for the MLPs (3 h i a layer)."""
+    if shape.intermediate:
+        return shape.intermediate
+    if None in (shape.params, shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.head_dim):
+        return None
+    h = shape.hidden
+    attention = 2 * h * shape.heads * shape.head_dim + 2 * h * shape.kv_heads * shape.head_dim
+    embeddings = 2 * (shape.vocab or 0) * h
+    rest = shape.params - embeddings - shape.layers * attention
+    return rest // (3 * h * shape.layers) if rest > 0 else None
+
+
+def micro_pass(step: StepShape, role: Decl, kwargs: dict, samples: int) -> Pass:
+    """The largest micro-batch of a call that gets `samples` sequences on each device."""
+    length = step.length
+    budget = kwargs.get("micro_batch_tokens") or role.get("micro_batch_tokens")
+    micro = kwargs.get("micro_batch") or role.get("micro_batch")
+    if budget:
+        rows = max(1, budget // max(length, 1))
+    else:
+        rows = micro or samples
+    return Pass(rows=max(1, min(rows, samples)), length=length, scored=step.response)
+
+
+FORWARD_METHODS = ("log_prob", "values", "score")
+VALUE_HEADS = ("critic", "reward_model")  # one score per position: no vocabulary logits
+
+
+def _call_phases(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | None, step: StepShape,
+                 dtype_bytes: int) -> dict[str, dict[str, int]]:
+    """Activations and logits of each of the role's calls, by call (`actor.update`, `ref.log_prob`, ...)."""
+    inter = intermediate_size(shape) if shape is not None else None
+    if shape is None or None in (shape.layers, shape.hidden, inter) or not step.batch or not step.length:
+        return {}
+    share = _ceil_div(step.batch * step.n, max(plan.replicas, 1))  # samples on each device
+    phases = {}
+    for method, kwargs in step.calls.get(role.name, []):
+        backward = method == "update"
+        if not backward and method not in FORWARD_METHODS:
+            continue
+        samples = share
+        minibatch = kwargs.get("minibatch")
+        if backward and minibatch:
+            samples = max(1, _ceil_div(minibatch * step.n, max(plan.replicas, 1)))
+        items = activation_bytes(micro_pass(step, role, kwargs, samples), layers=shape.layers, hidden=shape.hidden,
+                                 intermediate=inter, vocab=shape.vocab, dtype_bytes=dtype_bytes, backward=backward,
+                                 checkpointing=bool(role.get("gradient_checkpointing")),
+                                 value_head=role.kind in VALUE_HEADS)
+        phases[f"{role.name}.{method}"] = items
+    return phases
+
+
+@dataclass
+class RoleNeed:
+    """What one replica of a role holds on each of its devices: `resident` all step long, `phases` only while a
+    call runs (the grads and activations of an update, the working memory of a log_prob, a colocated engine's
+    memory while it generates: it releases it while the trainer runs)."""
+
+    resident: dict[str, int] = field(default_factory=dict)
+    phases: dict[str, dict[str, int]] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)
+    budget: EngineBudget | None = None  # a paged engine's, where the device's memory is known
+
+
+def shares_devices(program: Program, role: Decl) -> bool:
+    """Another role runs on this role's devices (colocated with it, or it with another)."""
+    root = root_of(program, role)
+    return any(other is not role and root_of(program, other) is root for other in program.roles.values())
+
+
+def role_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | None, step: StepShape,
+              capacity: int | None) -> RoleNeed:
+    """Bytes per device of one replica of `role`, resident and per call; and what could not be estimated."""
+    need = RoleNeed()
     dtype = role.get("dtype", "fp32")
     b = DTYPE_BYTES[dtype]
     P = shape.params if shape else None
     shard = plan.replicas if _strategy(program, role) == "fsdp" else 1
-    if role.kind in TRAINED:
+    if role.kind in TRAINED + FROZEN:
         if P is None:
-            return items, ["weights"]
+            need.unknown.append("weights")
+            return need
+        need.phases = _call_phases(program, role, plan, shape, step, b)
+    if role.kind in TRAINED:
         trained = P  # parameters with grads and Adam state
-        items["params"] = _ceil_div(P * MASTER_BYTES, shard)
+        need.resident["params"] = _ceil_div(P * MASTER_BYTES, shard)
         if lora_rank(role):  # only the adapters train; the base is frozen
             trained = adapter_params(shape, lora_rank(role), role["lora"].get("target_modules", "all-linear"))
             if trained is None:
-                return items, ["adapters"]
-            items["adapters"] = trained * MASTER_BYTES
-        items["grads"] = _ceil_div(trained * MASTER_BYTES, shard)
-        items["optimizer"] = _ceil_div(trained * ADAM_BYTES, shard)
+                need.unknown.append("adapters")
+                return need
+            need.resident["adapters"] = trained * MASTER_BYTES
+        need.resident["optimizer"] = _ceil_div(trained * ADAM_BYTES, shard)
         if b != MASTER_BYTES and shard == 1:
-            items["compute_copy"] = P * b  # autocast's bf16 copy of every weight, during each forward
+            need.resident["compute_copy"] = P * b  # autocast's bf16 copy of every weight, during each forward
+        # the gradients exist from an update's backward to its optimizer step
+        update = need.phases.setdefault(f"{role.name}.update", {})
+        need.phases[f"{role.name}.update"] = {"grads": _ceil_div(trained * MASTER_BYTES, shard), **update}
     elif role.kind in FROZEN:
-        if P is None:
-            return items, ["weights"]
-        items["params"] = 0 if shares_actor_base(program, role) else _ceil_div(P * b, shard)
+        need.resident["params"] = 0 if shares_actor_base(program, role) else _ceil_div(P * b, shard)
     elif role.kind == "rollout":
-        if shares_actor_weights(program, role):
-            items["weights"] = 0
-        elif P is None:
-            unknown.append("weights")
+        _rollout_need(program, role, plan, shape, step, capacity, need)
+    return need
+
+
+def _rollout_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | None, step: StepShape,
+                  capacity: int | None, need: RoleNeed) -> None:
+    dtype = role.get("dtype", "fp32")
+    generate = f"{role.name}.generate"
+    if shares_actor_weights(program, role):
+        need.resident["weights"] = 0
+        weights = 0
+    elif shape is None or shape.params is None:
+        need.unknown.append("weights")
+        weights = None
+    else:
+        weights = _ceil_div(shape.params * DTYPE_BYTES[dtype], plan.tp)
+    if shape is None or not shape.has_kv:
+        need.unknown.append("kv_cache")
+        if weights:
+            need.resident["weights"] = weights
+        return
+    sequences = _ceil_div((step.batch or 0) * step.n, max(plan.replicas, 1))
+    if role.get("engine", "hf") in PAGED_ENGINES and capacity is not None and weights is not None:
+        need.budget = EngineBudget(capacity, role.get("memory_fraction", 0.5), weights,
+                                   kv_cache_bytes(shape, prompt_length=step.prompt, new_tokens=step.response,
+                                                  sequences=1, dtype=dtype, tp=plan.tp), step.length, sequences)
+        engine = {"weights": weights, "kv_pool": need.budget.kv_pool}  # the whole fraction, whatever the batch
+        if shares_devices(program, role):  # released while the trainer runs (wake/sleep, verl's hybrid engine)
+            need.phases[generate] = engine
         else:
-            items["weights"] = _ceil_div(P * b, plan.tp)
-        data = program.data
-        if shape is None or not shape.has_kv:
-            unknown.append("kv_cache")
-        elif data is not None and data.get("batch_size"):
-            sequences = _ceil_div(data["batch_size"] * role.get("n", 1), max(plan.replicas, 1))
-            items["kv_cache"] = kv_cache_bytes(shape, prompt_length=data.get("max_prompt_length", 64),
-                                               new_tokens=role.get("max_new_tokens", 32), sequences=sequences,
-                                               dtype=dtype, tp=plan.tp)
-    return items, unknown
+            need.resident.update(engine)
+        return
+    kv = kv_cache_bytes(shape, prompt_length=step.prompt, new_tokens=step.response, sequences=sequences,
+                        dtype=dtype, tp=plan.tp) if step.batch else None
+    if weights:
+        need.resident["weights"] = weights
+    if kv is not None:
+        need.phases[generate] = {"kv_cache": kv}  # the batch it generates at once, freed after the call
 
 
 def _unknown_builtin(program: Program, model_name: str | None) -> Diagnostic | None:
@@ -294,78 +438,110 @@ def _unknown_diagnostic(program: Program, role: Decl, model_name: str | None, wh
                    "or point `path` at a folder with config.json")
 
 
-def _advice(program: Program, item: str, roles: dict[str, RolePlan]) -> str:
-    name, _, what = item.partition("/")
-    role, plan = program.roles.get(name), roles.get(name)
-    if role is None or plan is None:
-        return ""
-    if role.kind in TRAINED and _strategy(program, role) == "ddp" and plan.replicas > 1:
-        return (f"shard `{name}` with `strategy = fsdp`: params, grads and optimizer states are divided by its "
-                f"{plan.replicas} replicas")
-    if role.kind in TRAINED:
-        return f"raise `replicas` of `{name}` (with `strategy = fsdp` each device holds 1/replicas of its 16 B/param)"
-    if what == "kv_cache":
-        return (f"lower `batch_size`, `n` or `max_new_tokens`, or give `{name}` more replicas or a larger `tp`: "
-                "the KV cache is split over both")
-    if role.get("dtype", "fp32") == "fp32":
-        return f"set `dtype = bf16` on `{name}` to halve its weights"
-    return f"give `{name}` more devices (`tp` for a rollout) or a pool of its own"
+def _engine_diagnostics(program: Program, role: Decl, budget: EngineBudget) -> list[Diagnostic]:
+    where = role.span_of("memory_fraction")
+    engine = f"`{role.name}` ({role.get('engine')}, tp {role.get('tp', 1)})"
+    share = (f"memory_fraction {budget.fraction:g} of {format_bytes(budget.capacity)} = "
+             f"{format_bytes(budget.reserved)}")
+    fix = f"set `memory_fraction = {budget.fraction_needed:.2f}` or more (the weights and one sequence)"
+    if budget.weights > budget.reserved:
+        return [error("engine-memory", f"{engine} cannot hold its weights: {format_bytes(budget.weights)} a device, "
+                      f"more than its {share}", where, fix, label=f"needs {budget.fraction_needed:.2f}")]
+    if not budget.concurrent:
+        return [error("engine-memory", f"{engine} has no room for one sequence of {budget.length:,} tokens "
+                      f"({format_bytes(budget.per_sequence)} of KV cache): its {share} less "
+                      f"{format_bytes(budget.weights)} of weights leaves {format_bytes(budget.kv_pool)}", where, fix,
+                      label=f"needs {budget.fraction_needed:.2f}")]
+    if not budget.sequences:
+        return []
+    waves = budget.waves
+    return [Diagnostic("engine-batch", CODES["engine-batch"].severity,
+                       f"{engine} holds {budget.concurrent:,} sequences of {budget.length:,} tokens at once "
+                       f"(a KV pool of {format_bytes(budget.kv_pool)}: {share} less "
+                       f"{format_bytes(budget.weights)} of weights); its {budget.sequences:,} samples a step run "
+                       f"in {waves} wave{'s' * (waves != 1)}", where)]
 
 
 def estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan],
              placements: list[Placement]) -> tuple[list[MemoryRow], list[Diagnostic]]:
-    """One MemoryRow per device of every pool, and out-of-memory / memory-unknown diagnostics."""
+    """One MemoryRow per device of every pool, and out-of-memory / engine / memory-unknown diagnostics."""
+    rows, peaks, diagnostics = _estimate(program, pools, roles, placements)
+    diagnostics += _check_fit(program, pools, rows, peaks, {r.name: r for r in roles})
+    return rows, diagnostics
+
+
+def _estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan], placements: list[Placement]):
     diagnostics: list[Diagnostic] = []
     base = Path(program.path).parent
     shapes: dict[str, ModelShape] = {}
-    role_plans = {r.name: r for r in roles}
-    per_replica: dict[str, dict[str, int]] = {}
-    per_replica_host: dict[str, dict[str, int]] = {}  # offloaded: in the host memory of the device's node
+    step = step_shape(program)
+    capacity = {p.name: p.device_memory_bytes for p in pools}
+    needs: dict[str, RoleNeed] = {}
+    host_items: dict[str, tuple[str, ...]] = {}
     warned: set[tuple[str, str]] = set()
+    placed_pool = {p.role: p.pool for p in placements}
     for plan in roles:
         role = program.roles[plan.name]
         model_name = plan.model
         if model_name in program.models and model_name not in shapes:
             shapes[model_name] = model_shape(program.models[model_name], base)
-        items, unknown = role_memory(program, role, plan, shapes.get(model_name))
-        host = offloaded_items(role)
-        per_replica[plan.name] = {item: size for item, size in items.items() if item not in host}
-        per_replica_host[plan.name] = {item: size for item, size in items.items() if item in host}
+        need = role_need(program, role, plan, shapes.get(model_name), step, capacity.get(placed_pool.get(plan.name)))
+        needs[plan.name], host_items[plan.name] = need, offloaded_items(role)
+        if need.budget is not None:
+            diagnostics += _engine_diagnostics(program, role, need.budget)
         misnamed = _unknown_builtin(program, model_name)
         if misnamed is not None:  # not "add params = 7B": the name is wrong
             if (model_name, "builtin") not in warned:
                 warned.add((model_name, "builtin"))
                 diagnostics.append(misnamed)
             continue
-        for what in unknown:
+        for what in need.unknown:
             key = (model_name or plan.name, "weights") if what == "weights" else (plan.name, what)
             if key not in warned:
                 warned.add(key)
                 diagnostics.append(_unknown_diagnostic(program, role, model_name, [what]))
 
     rows: dict[tuple[str, int, int], MemoryRow] = {}
+    phases: dict[tuple[str, int, int], dict[str, dict[str, int]]] = {}
     for pool in pools:
         for node in range(pool.nodes):
             for device in range(pool.devices_per_node):
                 rows[pool.name, node, device] = MemoryRow(pool.name, node, device, 0, pool.device_memory_bytes, {})
+                phases[pool.name, node, device] = {}
+
+    def add(into: dict[str, int], key: str, size: int) -> None:
+        into[key] = into.get(key, 0) + size
+
     for p in placements:
+        need, host = needs.get(p.role), host_items.get(p.role, ())
+        if need is None:
+            continue
         for device in p.devices:
             row = rows.get((p.pool, p.node, device))
             if row is None:
                 continue
-            for item, size in per_replica.get(p.role, {}).items():
-                key = f"{p.role}/{item}"
-                row.breakdown[key] = row.breakdown.get(key, 0) + size
-                row.estimated_bytes += size
-            for item, size in per_replica_host.get(p.role, {}).items():
-                key = f"{p.role}/{item}"
-                row.host[key] = row.host.get(key, 0) + size
-    out = list(rows.values())
-    diagnostics += _check_fit(program, pools, out, role_plans)
-    return out, diagnostics
+            for item, size in need.resident.items():
+                add(row.host if item in host else row.breakdown, f"{p.role}/{item}", size)
+            for call, items in need.phases.items():
+                for item, size in items.items():
+                    if item in host:
+                        add(row.host, f"{p.role}/{item}", size)
+                    else:
+                        add(phases[p.pool, p.node, device].setdefault(call, {}), f"{p.role}/{item}", size)
+    peaks: dict[tuple[str, int, int], tuple[str | None, dict[str, int]]] = {}
+    for key, row in rows.items():
+        # the calls on one device run one after another: the peak is the largest call on top of what stays
+        totals = {call: sum(items.values()) for call, items in phases[key].items()}
+        peak = max(totals, key=lambda call: totals[call], default=None)
+        if peak is not None:
+            for item, size in phases[key][peak].items():
+                add(row.breakdown, item, size)
+        row.estimated_bytes = sum(row.breakdown.values())
+        peaks[key] = (peak, totals)
+    return list(rows.values()), peaks, diagnostics
 
 
-def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow],
+def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], peaks: dict,
                roles: dict[str, RolePlan]) -> list[Diagnostic]:
     out = []
     for pool in pools:
@@ -377,19 +553,57 @@ def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow],
             continue
         worst = max(over, key=lambda r: r.estimated_bytes)
         items = sorted(worst.breakdown.items(), key=lambda kv: -kv[1])
-        top_role = items[0][0].split("/")[0]
         terms = " + ".join(f"{k} {format_bytes(v)}" for k, v in items if v)
+        peak, totals = peaks[worst.pool, worst.node, worst.device]
+        at = ""
+        if peak is not None:
+            others = ", ".join(f"`{call}` {format_bytes(size)}" for call, size in sorted(totals.items(),
+                                                                                          key=lambda kv: -kv[1])
+                               if call != peak)
+            at = f" (while `{peak}` runs{'; the other calls, one at a time: ' + others if others else ''})"
         decl = program.pools[pool.name]
+        cause, top_role = first_cause(program, worst, capacity, roles)
         role = program.roles.get(top_role)
         total = pool.nodes * pool.devices_per_node
+        fixes = verified_fixes(program, pool.name, fit_test(program))
         out.append(error(
             "out-of-memory",
             f"estimated {format_bytes(worst.estimated_bytes)} on device {worst.device} of node {worst.node} of pool "
             f"`{pool.name}` exceeds its {format_bytes(capacity)} ({len(over)} of {total} device"
             f"{'s' * (total != 1)} over, by {math.ceil(100 * (worst.estimated_bytes / capacity - 1))}%)",
             decl.span_of("memory"),
-            f"per device: {terms}",
-            _advice(program, items[0][0], roles),
+            cause,
+            f"per device{at}: {terms}",
+            *(fixes or ["no single change of sharding, offload, checkpointing, micro-batch, memory fraction or "
+                        "device count makes it fit: a smaller model, or more devices and fsdp together"]),
             label=f"{format_bytes(capacity)} < {format_bytes(worst.estimated_bytes)}",
             notes=[(f"`{top_role}` holds the most", role.span)] if role is not None else ()))
     return out
+
+
+def fit_test(program: Program) -> Callable[[Program, str], bool]:
+    """The test a change to `program` must pass to be offered as a fix of `pool`: the pool's devices hold the
+    estimate (engines included), and the compiler's checks find no error the spec did not have already (more
+    devices change the samples each replica gets, which a micro-batch must divide)."""
+    from rlgraph.compiler import run_check
+    from rlgraph.compiler.build import build_graph
+    from rlgraph.compiler.passes import PASSES
+
+    def errors(changed: Program) -> set[tuple[str, str]]:
+        graph, problems = build_graph(changed)
+        found = problems + [d for check in PASSES for d in run_check(check, changed, graph)]
+        return {(d.code, d.message) for d in found if d.is_error}
+
+    before = errors(program)
+    return lambda changed, pool: _fits(changed, pool) and errors(changed) <= before
+
+
+def _fits(program: Program, pool: str) -> bool:
+    """Whether `pool`'s devices hold the estimate of `program`, engines included."""
+    pools, roles, placements, placed = place(program)
+    if any(d.is_error for d in placed):
+        return False
+    rows, _, diagnostics = _estimate(program, pools, roles, placements)
+    if any(d.code == "engine-memory" for d in diagnostics):
+        return False
+    return all(r.estimated_bytes <= r.capacity_bytes for r in rows if r.pool == pool and r.capacity_bytes)

@@ -15,6 +15,7 @@ from rlgraph.compiler.graph import CallNode
 from rlgraph.contract import settings as s
 from rlgraph.contract.methods import call_settings_class
 from rlgraph.spec.program import Decl, Program
+from rlgraph.spec.schema import BLOCKS
 
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # spec name -> torch name
 
@@ -25,12 +26,12 @@ def role_settings(program: Program, role: Decl, root: Decl) -> Any:
     dtype = TORCH_DTYPES[v.get("dtype") or "fp32"]
     if role.kind == "actor":
         return s.ActorSettings(dtype, v["strategy"], v.get("micro_batch"), v.get("micro_batch_tokens"),
-                               v["entropy_coeff"], _optim(v),
+                               v["entropy_coeff"], _optim(program, v),
                                gradient_checkpointing=v["gradient_checkpointing"], lora=_lora(v),
                                param_offload=v["param_offload"], optimizer_offload=v["optimizer_offload"])
     if role.kind == "critic":
         return s.CriticSettings(dtype, v["strategy"], v.get("micro_batch"), v.get("micro_batch_tokens"), v["head"],
-                                _optim(v), gradient_checkpointing=v["gradient_checkpointing"],
+                                _optim(program, v), gradient_checkpointing=v["gradient_checkpointing"],
                                 param_offload=v["param_offload"], optimizer_offload=v["optimizer_offload"])
     if role.kind == "ref":
         # a frozen role is sharded like the trained role it is colocated with (as the memory model counts it)
@@ -43,13 +44,37 @@ def role_settings(program: Program, role: Decl, root: Decl) -> Any:
                                      bool(v.get("retokenize", False)))
     if role.kind == "rollout":
         return s.RolloutSettings(v["engine"], v["n"], v["temperature"], v["top_p"], v["top_k"], v["max_new_tokens"],
-                                 v["tp"], v["memory_fraction"], dtype)
+                                 v["tp"], v["memory_fraction"], dtype, _val(program, v))
     raise ValueError(f"no settings for role kind {role.kind!r}")
 
 
-def _optim(values: dict[str, Any]) -> s.OptimSettings:
+def _optim(program: Program, values: dict[str, Any]) -> s.OptimSettings:
     o = values["optim"]
-    return s.OptimSettings(o["lr"], tuple(o["betas"]), o["weight_decay"], o["warmup_steps"], o["grad_clip"] or None)
+    ratio = o["warmup_ratio"]
+    steps = planned_steps(program)
+    # verl: int(lr_warmup_steps_ratio x total_training_steps); with train.epochs the run fills it in
+    warmup = int(ratio * steps) if ratio is not None and steps is not None else o["warmup_steps"]
+    return s.OptimSettings(o["lr"], tuple(o["betas"]), o["weight_decay"], warmup, ratio, o["grad_clip"] or None)
+
+
+def planned_steps(program: Program) -> int | None:
+    """train.steps, or None when train.epochs stands instead (the run counts the steps from the data)."""
+    train = program.train
+    if train is None:
+        return BLOCKS["train"].keys["steps"].default
+    if train.get("epochs") is not None and not train.is_set("steps"):
+        return None
+    return train["steps"]
+
+
+def _val(program: Program, v: dict[str, Any]) -> s.ValSettings:
+    """The rollout's `val { ... }` with train.val_samples folded in (the compiler rejects both at once)."""
+    val = v["val"]
+    samples = program.train.get("val_samples", 1) if program.train is not None else 1
+    n = val["n"] if val.get("n") is not None else samples
+    temperature = val["temperature"] if val.get("temperature") is not None else 0.0 if n == 1 else v["temperature"]
+    return s.ValSettings(n, temperature, val["top_p"] if val.get("top_p") is not None else v["top_p"],
+                         val["top_k"] if val.get("top_k") is not None else v["top_k"])
 
 
 def _lora(values: dict[str, Any]) -> s.LoraSettings | None:
@@ -80,6 +105,9 @@ def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int
     role = roles.get(call.target)
     micro_batch = getattr(role, "micro_batch", None)
     micro_batch_tokens = getattr(role, "micro_batch_tokens", None)
+    if kw.get("micro_batch") is not None or kw.get("micro_batch_tokens") is not None:
+        # a forward call's own micro-batch (`ref.log_prob(micro_batch = 8)`) replaces the role's, of either kind
+        micro_batch, micro_batch_tokens = kw.get("micro_batch"), kw.get("micro_batch_tokens")
     if cls is s.GenerateSettings:
         return generate_settings(call, role, envs)
     if cls is s.LogProbSettings:
@@ -137,16 +165,20 @@ def data_settings(program: Program) -> s.DataSettings | None:
     if program.data is None:
         return None
     v = program.data.values
-    return s.DataSettings(v["train"], v.get("val"), v["batch_size"], v["max_prompt_length"], v["shuffle"],
-                          v["val_batch_size"])
+    return s.DataSettings(tuple(v["train"]), tuple(v["val"]) if v.get("val") else None, v["batch_size"],
+                          v["max_prompt_length"], v["shuffle"], v["val_batch_size"])
 
 
 def reward_settings(values: dict[str, Any]) -> s.RewardSettings:
     return s.RewardSettings(values["max_invalid_fraction"], values["timeout_s"], values["batched"], values["workers"])
 
 
-def train_settings(values: dict[str, Any]) -> s.TrainSettings:
-    return s.TrainSettings(values["steps"], values["seed"], values["validate_every"], values["val_samples"],
+def train_settings(program: Program) -> s.TrainSettings:
+    values = program.train.values if program.train is not None else \
+        {name: key.default for name, key in BLOCKS["train"].keys.items()}
+    steps = planned_steps(program)
+    return s.TrainSettings(steps, values["epochs"] if steps is None else None, values["seed"],
+                           values["validate_every"],
                            values["checkpoint_every"], values["keep_checkpoints"], values["deterministic"],
                            values["max_failures"], values["samples_every"], values["staleness"],
                            tuple(values["loggers"]))

@@ -165,6 +165,8 @@ def summary(plan: Plan) -> str:
              f"{len(plan.roles)} role{'s' * (len(plan.roles) != 1)}",
              f"{len(plan.calls)} call{'s' * (len(plan.calls) != 1)} in {len(plan.schedule)} "
              f"stage{'s' * (len(plan.schedule) != 1)}"]
+    if plan.train is not None and plan.train.steps is None:  # train.epochs: `run` counts the steps from the data
+        parts.append(f"epochs = {plan.train.epochs} (steps counted when the data is loaded)")
     top = peak(plan)
     if top is not None:
         capacity = f" / {format_bytes(top.capacity_bytes)}" if top.capacity_bytes else ""

@@ -100,6 +100,12 @@ def run_plan(
     startup["startup_s/preflight"] = time.perf_counter() - clock
     for note in prepared.notes:
         console.log(f"[yellow]note[/]: {note}")
+    if plan.train.steps is None:  # train.epochs: the steps follow from the data, now that it is loaded
+        plan = with_run_length(plan, len(prepared.train))
+        per_epoch = plan.train.steps // plan.train.epochs
+        console.log(f"train.epochs = {plan.train.epochs}: {len(prepared.train)} prompts // data.batch_size = "
+                    f"{plan.data.batch_size} is {per_epoch} step{'s' * (per_epoch != 1)} per epoch (the last short "
+                    f"batch dropped), {plan.train.steps} steps")
 
     ckpt.sweep(run_dir)  # what checkpoint writes and deletions cut short by a crash left
     # verified against its manifest before Ray starts: a damaged newest checkpoint falls back to the one before
@@ -115,8 +121,9 @@ def run_plan(
             console.log(f"starting fresh: removed {removed} checkpoint(s) of an earlier run in {run_dir}")
     total = plan.train.steps
     if resume_from is not None and resume_from.step >= total:
-        console.log(f"{run_dir} is already trained to step {resume_from.step} (train.steps = {total}); nothing to do. "
-                    "Raise train.steps to go on, or pass --no-resume to start over.")
+        length = f"train.epochs = {plan.train.epochs}" if plan.train.epochs is not None else "train.steps"
+        console.log(f"{run_dir} is already trained to step {resume_from.step} ({length}: {total} steps); nothing to "
+                    f"do. Raise {length.split(' ')[0]} to go on, or pass --no-resume to start over.")
         records = read_metrics(run_dir / METRICS_FILE)
         return RunResult(run_dir, resume_from.step, resume_from.step, time.perf_counter() - started,
                          _first(records, "val/score/mean"), _last(records, "val/score/mean"), resume_from.path, records)
@@ -166,6 +173,21 @@ def run_plan(
             finally:
                 console.stop()
                 lowered.shutdown()
+
+
+def with_run_length(plan: Plan, prompts: int) -> Plan:
+    """`plan` with train.steps counted from train.epochs over `prompts` training prompts (prompts // batch_size
+    steps an epoch: the loader drops the last short batch, as verl's does) and every optim.warmup_ratio turned
+    into warmup_steps = int(ratio x steps) (verl's lr_warmup_steps_ratio)."""
+    steps = plan.train.epochs * (prompts // plan.data.batch_size)
+    roles = []
+    for role in plan.roles:
+        optim = getattr(role.settings, "optim", None)
+        if optim is not None and optim.warmup_ratio is not None:
+            optim = dataclasses.replace(optim, warmup_steps=int(optim.warmup_ratio * steps))
+            role = dataclasses.replace(role, settings=dataclasses.replace(role.settings, optim=optim))
+        roles.append(role)
+    return dataclasses.replace(plan, train=dataclasses.replace(plan.train, steps=steps), roles=roles)
 
 
 def _model_paths(plan: Plan, prepared: Prepared, resume_from: ckpt.Checkpoint | None) -> dict[str, str]:
@@ -332,8 +354,9 @@ class Trainer:
     # --- validation ---
 
     def validate(self, step: int) -> dict[str, float]:
-        """val/score/mean: greedy answers of the policy, scored by the step's reward; with val_samples
-        N > 1 also val/score/mean@N and best@N of N sampled answers per prompt."""
+        """val/score/mean: one answer per prompt (greedy, unless the rollout's `val { temperature }` with n = 1
+        samples it), scored by the step's reward; with n > 1 (`val { n }` or train.val_samples) also
+        val/score/mean@n and best@n of n answers per prompt sampled at the validation temperature."""
         if self.prepared.val is None or self.val_reward is None:
             return {}
         items = list(self.prepared.val)
@@ -342,16 +365,19 @@ class Trainer:
         # sync first (a no-op for a rollout that generates with the policy's module in place).
         self.driver.sync_weights()
         group = self.lowered.groups[self.rollout_role]  # dispatch `one`: rank 0 generates for validation
-        # the step's sampling settings, greedy for val/score/mean, with val_samples per prompt for mean@N
-        train_sampling = dataclasses.replace(self.driver.generate.settings, keep_log_probs=False)
-        greedy_settings = dataclasses.replace(train_sampling, n=1, temperature=0.0)
+        # the step's generate settings (its environment, its max_new_tokens) with the validation sampling
+        val = self.plan.role(self.rollout_role).settings.val
+        sampling = dataclasses.replace(self.driver.generate.settings, keep_log_probs=False, temperature=val.temperature,
+                                       top_p=val.top_p, top_k=val.top_k)
+        one = dataclasses.replace(sampling, n=1, temperature=val.temperature if val.n == 1 else 0.0)
         self.driver.wake()
-        greedy = [group.one("generate", items[i : i + chunk], settings=greedy_settings, seed=0).result()
+        greedy = [group.one("generate", items[i : i + chunk], settings=one,
+                            seed=0 if one.temperature == 0 else derive_seed(self.seed, step, f"val1/{i}")).result()
                   for i in range(0, len(items), chunk)]
-        n = self.train_cfg.val_samples
+        n = val.n
         sampled = []
         if n > 1:
-            sampled_settings = dataclasses.replace(train_sampling, n=n)
+            sampled_settings = dataclasses.replace(sampling, n=n)
             sampled = [group.one("generate", items[i : i + chunk], settings=sampled_settings,
                                  seed=derive_seed(self.seed, step, f"val/{i}")).result()
                        for i in range(0, len(items), chunk)]

@@ -217,11 +217,12 @@ def _tokenizer(plan: Plan, model_paths: dict[str, str]) -> Any:
 
 
 def _dataset(plan: Plan, split: str, tokenizer: Any, notes: list[str]) -> Any:
-    from rlgraph.data import DataError, RLDataset, load_rows, resolve_data_path
+    from rlgraph.data import DataError, RLDataset, load_files
 
-    name = getattr(plan.data, split)
+    names = getattr(plan.data, split)
+    name = ", ".join(names)
     try:
-        rows = load_rows(resolve_data_path(name))
+        rows = load_files(names)  # every file, one after the other; an error names its file and row
     except DataError as err:
         raise PreflightError(f"data.{split}: {err}") from None
     max_len = plan.data.max_prompt_length

@@ -14,6 +14,37 @@ from rlgraph.diagnostics import Span
 from rlgraph.spec import ast
 
 
+class InvalidValue(ValueError):
+    """A read of a value the spec wrote wrongly (reported once, as `wrong-type`, where it was written).
+
+    Reading it raises instead of handing out the default, so a check or plan step that depends on it is
+    skipped rather than computed with a value the user never wrote (`n = 5.0` is not `n = 1`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"`{key}` has a wrong value (reported where it is written)")
+        self.key = key
+
+
+class Values(dict):
+    """A block's values; reading a key in `invalid` (by `[]` or `get`) raises InvalidValue.
+
+    The default stays stored under an invalid key, so copies (`dict(values)`) keep the old shape."""
+
+    def __init__(self, values=(), invalid=()) -> None:
+        super().__init__(values)
+        self.invalid = set(invalid)
+
+    def __getitem__(self, key):
+        if key in self.invalid:
+            raise InvalidValue(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        if key in self.invalid:
+            raise InvalidValue(key)
+        return super().get(key, default)
+
+
 @dataclass(frozen=True)
 class Decl:
     keyword: str  # model | pool | role | reward | transform | loss | env | data | train
@@ -36,6 +67,16 @@ class Decl:
 
     def is_set(self, key: str) -> bool:
         return key in self.spans
+
+    def is_valid(self, key: str) -> bool:
+        """False when the spec wrote `key` with a wrong value (reading it raises InvalidValue)."""
+        return key not in getattr(self.values, "invalid", ())
+
+    def mark_invalid(self, key: str) -> None:
+        """A later check found the value of `key` unusable (a model path that is not there): reported there,
+        and from now on skipped by every check that reads it."""
+        if isinstance(self.values, Values):
+            self.values.invalid.add(key)
 
 
 @dataclass

@@ -48,6 +48,19 @@ class Int:
 
 
 @dataclass(frozen=True)
+class TopK:
+    """`top_k`: a count of tokens, 0 for all of them; -1 (as verl and vLLM write "all") is read as 0."""
+
+    describe: str = "an integer >= 0 (0 or -1 = all tokens)"
+
+    def convert(self, node: ast.Value) -> int:
+        value = Int(describe=self.describe).convert(node)
+        if value < -1:
+            raise TypeMismatch(f"expected {self.describe}, got {value}")
+        return max(value, 0)
+
+
+@dataclass(frozen=True)
 class Float:
     min: float | None = None
     max: float | None = None
@@ -166,6 +179,21 @@ class Names:
 
 
 @dataclass(frozen=True)
+class Files:
+    """A path, or a list of paths used one after the other (verl's data.train_files)."""
+
+    describe: str = 'a path in double quotes, or a list of them such as ["a.parquet", "b.parquet"]'
+
+    def convert(self, node: ast.Value) -> list[str]:
+        if isinstance(node, ast.String) and node.value:
+            return [node.value]
+        if (isinstance(node, ast.List) and node.items
+                and all(isinstance(i, ast.String) and i.value for i in node.items)):
+            return [item.value for item in node.items]
+        raise TypeMismatch(f"expected {self.describe}")
+
+
+@dataclass(frozen=True)
 class FieldNames:
     """A list of bare names, each once: the fields a user transform takes or produces (`[scores, values]`)."""
 
@@ -238,6 +266,9 @@ OPTIM = BlockSchema("the optimizer (AdamW) of a trained role", named=False, keys
     "betas": Key(ListOf(Float(0.0, 1.0), 2), "Adam betas", [0.9, 0.999]),
     "weight_decay": Key(Float(min=0.0), "decoupled weight decay", 0.0),
     "warmup_steps": Key(Int(min=0), "linear warm-up steps, then a constant learning rate", 0),
+    "warmup_ratio": Key(Float(0.0, 1.0), "warm-up steps as a share of the run's steps, instead of warmup_steps: "
+                        "int(ratio x steps), the steps of train.epochs counted when the data is loaded (verl: "
+                        "optim.lr_warmup_steps_ratio)"),
     "grad_clip": Key(Float(min=0.0), "clip the global gradient norm to this (0 = off)", 1.0),
 })
 
@@ -253,6 +284,21 @@ LORA = BlockSchema("LoRA adapters on the actor (peft): only the adapters train, 
     "target_modules": Key(Names(), "the linear layers that get adapters: \"all-linear\" (every linear layer but "
                           "the output head) or names such as [\"q_proj\", \"v_proj\"] "
                           "(verl: actor_rollout_ref.model.target_modules)", "all-linear"),
+})
+
+ROLLOUT_VAL = BlockSchema("how validation samples (verl: actor_rollout_ref.rollout.val_kwargs); val/score/mean "
+                          "scores one answer per prompt, greedy unless `temperature` is set above 0; with n > 1 "
+                          "(or train.val_samples) also val/score/mean@n and best@n of n sampled answers",
+                          named=False, keys={
+    "n": Key(Int(min=1, max=4096), "answers per validation prompt; n > 1 adds mean@n and best@n (the same as "
+             "train.val_samples, which is then not given; verl: val_kwargs.n)"),
+    "temperature": Key(Float(min=0.0), "sampling temperature of validation; unset: 0 (greedy) for val/score/mean "
+                       "and the rollout's temperature for the n > 1 samples (verl: val_kwargs.temperature, "
+                       "default 0)"),
+    "top_p": Key(Float(0.0, 1.0, min_exclusive=True), "nucleus mass of validation sampling; unset: the rollout's "
+                 "(verl: val_kwargs.top_p)"),
+    "top_k": Key(TopK(), "top-k of validation sampling, 0 or -1 = all tokens; unset: the rollout's (verl: "
+                 "val_kwargs.top_k)"),
 })
 
 _PLACEMENT = {
@@ -309,7 +355,7 @@ ROLE_KEYS: dict[str, dict[str, Key]] = {
                 "n": Key(Int(min=1, max=4096), "samples per prompt", 1),
                 "temperature": Key(Float(min=0.0), "sampling temperature (0 = greedy)", 1.0),
                 "top_p": Key(Float(0.0, 1.0, min_exclusive=True), "nucleus sampling mass, in (0, 1]", 1.0),
-                "top_k": Key(Int(min=0), "sample among the k likeliest tokens (0 = all)", 0),
+                "top_k": Key(TopK(), "sample among the k likeliest tokens (0 or -1 = all; verl writes -1)", 0),
                 "max_new_tokens": Key(Int(min=1), "the most tokens a response may have", 32),
                 "tp": Key(Int(min=1, max=MAX_DEVICES_PER_NODE), "tensor-parallel devices per rollout replica", 1),
                 "memory_fraction": Key(Float(0.0, 1.0), "share of device memory the engine may take (GPU)", 0.5),
@@ -338,7 +384,7 @@ BLOCKS: dict[str, BlockSchema] = {
         "memory": Key(Bytes(), "memory of one device, e.g. 80GiB"),
     }),
     "role": BlockSchema("a role in training: actor, rollout, ref, critic or reward_model", keys=_ALL_ROLE_KEYS,
-                        blocks={"optim": OPTIM, "lora": LORA}),
+                        blocks={"optim": OPTIM, "lora": LORA, "val": ROLLOUT_VAL}),
     "reward": BlockSchema("a rule reward: a Python function `module:function` or `path/to/file.py:function`", keys={
         "fn": Key(Str(), "`module:function` or `file.py:function` (a relative path and a module are looked for in the "
                   "spec's folder too) with signature (data_source, solution_str, ground_truth, extra_info), "
@@ -398,8 +444,9 @@ BLOCKS: dict[str, BlockSchema] = {
     }, blocks={"args": BlockSchema("keyword arguments of the class's constructor", keys={}, named=False,
                                    open=True)}),
     "data": BlockSchema("the prompts", named=False, keys={
-        "train": Key(Str(), "training prompts: parquet/jsonl path or `builtin:arith/train`", required=True),
-        "val": Key(Str(), "validation prompts"),
+        "train": Key(Files(), "training prompts: a parquet/jsonl path or `builtin:arith/train`, or a list of "
+                     "them, read one after the other (verl: data.train_files)", required=True),
+        "val": Key(Files(), "validation prompts: a path or a list of paths (verl: data.val_files)"),
         "batch_size": Key(Int(min=1, max=MAX_BATCH), "prompts per step (samples per step = this x rollout n)",
                           required=True),
         "max_prompt_length": Key(Int(min=1), "longer prompts are filtered out (tokens)", 64),
@@ -407,10 +454,15 @@ BLOCKS: dict[str, BlockSchema] = {
         "val_batch_size": Key(Int(min=1, max=MAX_BATCH), "prompts per validation batch", 256),
     }),
     "train": BlockSchema("the training loop", named=False, keys={
-        "steps": Key(Int(min=1), "training steps", 100),
+        "steps": Key(Int(min=1), "training steps (wins over `epochs` when both are given, as verl's "
+                     "total_training_steps does)", 100),
+        "epochs": Key(Int(min=1, max=10**6), "train this many passes over data.train instead of `steps`: the steps are "
+                      "counted when the data is loaded, (prompts // batch_size) per epoch, the last short batch "
+                      "dropped as verl does (verl: trainer.total_epochs)"),
         "seed": Key(Int(min=0), "seed for data order, sampling and initialisation", 0),
         "validate_every": Key(Int(min=0), "validate every k steps (0 = only at the start and end)", 10),
-        "val_samples": Key(Int(min=1), "samples per validation prompt (reports mean@N and best@N)", 1),
+        "val_samples": Key(Int(min=1), "samples per validation prompt (reports mean@N and best@N); the same as the "
+                           "rollout's `val { n = N }`", 1),
         "checkpoint_every": Key(Int(min=0), "checkpoint every k steps (0 = only at the end)", 0),
         "keep_checkpoints": Key(Int(min=1), "how many recent checkpoints to keep", 2),
         "max_failures": Key(Int(min=0), "worker-process deaths the run recovers from by itself: it restarts "

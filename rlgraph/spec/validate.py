@@ -7,7 +7,7 @@ import difflib
 from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.spec import ast
 from rlgraph.spec.loader import Loaded
-from rlgraph.spec.program import Decl, Program
+from rlgraph.spec.program import Decl, Program, Values
 from rlgraph.spec.schema import BLOCKS, ROLE_KEYS, ROLE_KINDS, BlockSchema, TypeMismatch, plain_value
 
 
@@ -44,7 +44,11 @@ def _role_kind(block: ast.Block, diagnostics: list[Diagnostic]) -> str | None:
 
 
 def _convert_entries(block: ast.Block, schema: BlockSchema, keys: dict, prefix: str, where: str,
-                     values: dict, spans: dict, diagnostics: list[Diagnostic], kind: str | None = None) -> None:
+                     values: dict, spans: dict, diagnostics: list[Diagnostic], kind: str | None = None,
+                     invalid: set | None = None) -> None:
+    """`invalid` collects the keys written with a wrong value: they keep no value, and reading them later
+    raises (rlgraph.spec.program.Values), so no check runs on a default the user did not write."""
+    invalid = set() if invalid is None else invalid
     for entry in block.entries:
         if isinstance(entry, ast.Block):
             sub = schema.blocks.get(entry.keyword)
@@ -57,11 +61,11 @@ def _convert_entries(block: ast.Block, schema: BlockSchema, keys: dict, prefix: 
                                              entry.keyword_span, did_you_mean(entry.keyword, schema.blocks),
                                              _allowed(list(keys) + list(schema.blocks))))
                 continue
-            nested_values, nested_spans = {}, {}
+            nested_values, nested_spans, nested_invalid = {}, {}, set()
             convert = _convert_open if sub.open else _convert_entries
             convert(entry, sub, sub.keys, f"{prefix}{entry.keyword}.", f"`{entry.keyword}`",
-                    nested_values, nested_spans, diagnostics)
-            values[entry.keyword] = _with_defaults(sub, nested_values)
+                    nested_values, nested_spans, diagnostics, invalid=nested_invalid)
+            values[entry.keyword] = _with_defaults(sub, nested_values, invalid=nested_invalid)
             spans.update(nested_spans)
             spans[prefix + entry.keyword] = entry.keyword_span
             continue
@@ -84,12 +88,16 @@ def _convert_entries(block: ast.Block, schema: BlockSchema, keys: dict, prefix: 
         except TypeMismatch as exc:
             diagnostics.append(error("wrong-type", f"wrong value for `{prefix}{entry.key}`: {exc}",
                                      entry.value.span, f"`{entry.key}`: {key.doc}"))
+            invalid.add(entry.key)
             continue
+        invalid.discard(entry.key)
         spans[prefix + entry.key] = entry.value.span
+        if isinstance(entry.value, ast.List):  # `train[1]`: a late check can point at one item of a list
+            spans.update({f"{prefix}{entry.key}[{i}]": item.span for i, item in enumerate(entry.value.items)})
 
 
 def _convert_open(block: ast.Block, schema: BlockSchema, keys: dict, prefix: str, where: str,
-                  values: dict, spans: dict, diagnostics: list[Diagnostic]) -> None:
+                  values: dict, spans: dict, diagnostics: list[Diagnostic], invalid: set | None = None) -> None:
     """Any `key = value` (a user function's arguments), each value as Python; no nested blocks."""
     for entry in block.entries:
         if isinstance(entry, ast.Block):
@@ -100,16 +108,18 @@ def _convert_open(block: ast.Block, schema: BlockSchema, keys: dict, prefix: str
             values[entry.key] = plain_value(entry.value)
         except TypeMismatch as exc:
             diagnostics.append(error("wrong-type", f"wrong value for `{prefix}{entry.key}`: {exc}", entry.value.span))
+            if invalid is not None:
+                invalid.add(entry.key)
             continue
         spans[prefix + entry.key] = entry.value.span
 
 
-def _with_defaults(schema: BlockSchema, values: dict, keys=None) -> dict:
+def _with_defaults(schema: BlockSchema, values: dict, keys=None, invalid=()) -> Values:
     keys = schema.keys if keys is None else keys
     filled = {name: key.default for name, key in keys.items()}
     filled.update({name: _with_defaults(sub, {}) for name, sub in schema.blocks.items()})
     filled.update(values)
-    return filled
+    return Values(filled, invalid)
 
 
 def to_program(loaded: Loaded) -> tuple[Program, list[Diagnostic]]:
@@ -138,8 +148,8 @@ def to_program(loaded: Loaded) -> tuple[Program, list[Diagnostic]]:
         if kind:
             keys = {"kind": schema.keys["kind"], **ROLE_KEYS[kind]}
         where = f"{_a(kind)} role" if kind else f"`{block.keyword}`"
-        values, spans = {}, {}
-        _convert_entries(block, schema, keys, "", where, values, spans, diagnostics, kind=kind)
+        values, spans, invalid = {}, {}, set()
+        _convert_entries(block, schema, keys, "", where, values, spans, diagnostics, kind=kind, invalid=invalid)
         if block.keyword == "role" and kind not in ("actor", "critic"):
             optim = block.get("optim")
             if isinstance(optim, ast.Block):  # only trained roles have an optimizer
@@ -150,12 +160,17 @@ def to_program(loaded: Loaded) -> tuple[Program, list[Diagnostic]]:
             diagnostics.append(error("unknown-key", f"{where} has no block `lora`", lora.keyword_span,
                                      "LoRA adapters go on the actor (a reference policy on the actor's model is its "
                                      "base with the adapters off)"))
+        val = block.get("val") if block.keyword == "role" else None
+        if isinstance(val, ast.Block) and kind not in ("rollout", None):  # validation generates with a rollout
+            diagnostics.append(error("unknown-key", f"{where} has no block `val`", val.keyword_span,
+                                     "validation sampling goes on the rollout: `role rollout { val { temperature = "
+                                     "0.6  n = 4 } }`"))
         for name, key in keys.items():
             if key.required and block.get(name) is None:  # a wrong value was reported already
                 diagnostics.append(error("missing-key", f"`{block.keyword}{' ' + block.name if block.name else ''}` "
                                          f"needs `{name}`", block.name_span or block.keyword_span,
                                          f"add `{name} = ...` ({key.doc})"))
-        decl = Decl(block.keyword, block.name, _with_defaults(schema, values, keys), spans,
+        decl = Decl(block.keyword, block.name, _with_defaults(schema, values, keys, invalid), spans,
                     block.name_span or block.keyword_span, kind)
         if block.name is None:
             setattr(program, block.keyword, decl)

@@ -26,15 +26,19 @@ def test_gae_with_a_critic_is_fine(tmp_path):
 
 
 @pytest.mark.parametrize("estimator", ["grpo_advantage", "rloo_advantage", "reinforce_pp_baseline_advantage"])
-def test_group_estimators_need_several_samples(tmp_path, estimator):
+def test_group_estimators_over_one_sample_warn_that_they_train_on_raw_scores(tmp_path, estimator):
+    """A group of one keeps its raw score (verl's rule, rlgraph.algos.advantages.group_stats): the step trains,
+    without a baseline. verl runs such launches (its tuning examples use n = 1), so it is not an error."""
     text = spec(GRPO_STEP.replace("grpo_advantage", estimator), ACTOR_ONLY.replace("n = 4", "n = 1"))
     result = compile_text(tmp_path, text)
-    assert found(result) == [("algorithm", line_of(text, "role rollout"))]
-    d = only(result, "algorithm")
+    assert found(result) == [("single-sample-group", line_of(text, "role rollout"))]
+    d = only(result, "single-sample-group")
+    assert d.severity == "warning"
     assert d.message == (f"`{estimator}` compares the samples of each prompt, but rollout `rollout` draws only "
-                         "1 sample per prompt")
+                         "1 sample per prompt: each advantage is its raw score, with no baseline (as verl does "
+                         "with a group of one)")
     assert (d.span.column, d.span.end_column) == (line_of_col(text, "n = 1") + 4, line_of_col(text, "n = 1") + 5)
-    assert d.hints == ("set n = 4 or more: a group needs at least 2 samples of one prompt",)
+    assert d.hints == ("set n = 4 or more to compare a prompt's samples",)
 
 
 def line_of_col(text: str, marker: str) -> int:
@@ -44,10 +48,10 @@ def line_of_col(text: str, marker: str) -> int:
 def test_a_defaulted_n_points_at_the_rollout(tmp_path):
     text = spec(GRPO_STEP, ACTOR_ONLY.replace("  n = 4", ""))
     result = compile_text(tmp_path, text)
-    d = only(result, "algorithm")
+    d = only(result, "single-sample-group")
     assert d.span.line == line_of(text, "role rollout") and d.span.column == len("role ") + 1
-    assert d.message.endswith("(`n` defaults to 1)")
-    assert d.hints == ("add `n = 4` (or more) to role `rollout`: a group needs at least 2 samples of one prompt",)
+    assert "(`n` defaults to 1): each advantage is its raw score" in d.message
+    assert d.hints == ("add `n = 4` (or more) to role `rollout` to compare a prompt's samples",)
 
 
 def test_two_samples_make_a_group_and_plain_reinforce_needs_none(tmp_path):

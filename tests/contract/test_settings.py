@@ -14,7 +14,7 @@ from rlgraph.compiler.builtins import ROLE_METHODS, TRANSFORMS
 from rlgraph.contract import settings as s
 from rlgraph.plan.build import build_plan
 from rlgraph.plan.model import Plan
-from rlgraph.spec.schema import BLOCKS, LORA, OPTIM, ROLE_KEYS
+from rlgraph.spec.schema import BLOCKS, LORA, OPTIM, ROLE_KEYS, ROLLOUT_VAL
 
 REPO = Path(__file__).resolve().parents[2]
 PLACEMENT_KEYS = {"model", "pool", "replicas", "colocate"}  # RolePlan's own fields
@@ -41,7 +41,10 @@ def test_role_settings_cover_every_role_key(kind):
         keys |= {"lora"}
     if kind == "ref":
         keys |= {"strategy"}  # resolved from the trained role it is colocated with
+    if kind == "rollout":
+        keys |= {"val"}
     assert _fields(s.ROLE_SETTINGS[kind]) == keys
+    assert _fields(s.ValSettings) == set(ROLLOUT_VAL.keys)
     assert _fields(s.OptimSettings) == set(OPTIM.keys)
     assert _fields(s.LoraSettings) == set(LORA.keys)
 
@@ -53,7 +56,8 @@ def test_call_settings_cover_every_keyword_argument():
     actor_update = set(ROLE_METHODS["actor"]["update"].kwargs) - {"clip"}  # resolved into clip_low / clip_high
     assert actor_update <= _fields(s.ActorUpdateSettings)
     assert set(ROLE_METHODS["critic"]["update"].kwargs) <= _fields(s.CriticUpdateSettings)
-    assert _fields(s.TrainSettings) == set(BLOCKS["train"].keys)
+    # train.val_samples is resolved into the rollout's `val.n` (RolloutSettings.val), where validation reads it
+    assert _fields(s.TrainSettings) == set(BLOCKS["train"].keys) - {"val_samples"}
     assert _fields(s.DataSettings) == set(BLOCKS["data"].keys)
     assert _fields(s.RewardSettings) == set(BLOCKS["reward"].keys) - {"fn"}  # fn: Plan.rewards
 

@@ -92,3 +92,20 @@ def test_unreadable_files(tmp_path):
     (tmp_path / "latin.jsonl").write_bytes(b'{"prompt": "\xe9"}\n')
     with pytest.raises(DataError, match="not UTF-8"):
         load_rows(tmp_path / "latin.jsonl")
+
+
+def test_several_files_are_read_in_order_and_a_bad_row_names_its_own_file(tmp_path):
+    from rlgraph.data import load_files
+
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    row = {"prompt": "1+1=", "reward_model": {"ground_truth": "2"}}
+    write_jsonl(first, [json.dumps({**row, "prompt": "a"}), json.dumps({**row, "prompt": "b"})])
+    write_jsonl(second, [json.dumps({**row, "prompt": "c"})])
+    rows = load_files([str(first), str(second)])
+    assert [r["prompt"] for r in rows] == ["a", "b", "c"]
+    assert [r["data_source"] for r in rows] == ["first", "first", "second"]
+    write_jsonl(second, [json.dumps(row), json.dumps({"prompt": "x"})])
+    with pytest.raises(DataError) as bad:
+        load_files([str(first), str(second)])
+    assert (bad.value.file, bad.value.row) == (str(second), 2)
+    assert str(bad.value).startswith(f"{second}:2: ")

@@ -13,7 +13,7 @@ role actor {
 
 role rollout { colocate = actor  n = 4  engine = tensorrt }  # E: wrong-type
 
-role critic { model = value_model  colocate = actor }  # E: unknown-model  # E: not-updated  # W: memory-unknown
+role critic { model = value_model  colocate = actor }  # E: unknown-model  # E: not-updated
 
 reward exact { fn = "rlgraph.tasks.arith:exact_match" }
 

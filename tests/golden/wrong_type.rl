@@ -1,7 +1,7 @@
 rlgraph 1
 # Values of the wrong type or out of range.
 
-model policy { path = builtin }  # E: wrong-type  # W: memory-unknown
+model policy { path = builtin }  # E: wrong-type
 
 pool main { nodes = 1  devices_per_node = 1  memory = 80 }  # E: wrong-type
 

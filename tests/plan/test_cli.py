@@ -25,7 +25,7 @@ def test_every_shipped_spec_plans_cleanly(path, fmt, capsys):
     assert out.out.strip()
     assert "error[" not in out.err
     if fmt == "json":
-        assert json.loads(out.out)["version"] == 2
+        assert json.loads(out.out)["version"] == 3
 
 
 def _check_2x8(plan: dict, nodes: set[int]) -> None:
@@ -64,12 +64,12 @@ def test_the_2x8_fixture(capsys):
 def test_text_view_has_summary_tree_schedule_memory(capsys):
     assert main(["plan", str(FIXTURES / "rm_2x8.rl")]) == 0
     out = capsys.readouterr().out
-    assert "16 devices in 2 pools (train 1×8, reward 1×8); 5 roles; 9 calls in 5 stages; peak 51.2 GiB / 80 GiB per " \
+    assert "16 devices in 2 pools (train 1×8, reward 1×8); 5 roles; 9 calls in 5 stages; peak 63 GiB / 80 GiB per " \
            "device" in out.replace("\n", " ")
     assert "pool train" in out and "node 0" in out and "gpu 7" in out
     assert "actor/1 │ actor#1 ref#1 critic#1  +  actor/0 │ rollout#0[d0–1]" in out
     assert "concurrent" in out and "reward_model.score [reward_model/0–7]  ‖  actor.log_prob" in out
-    assert "rollout/kv_cache" in out and "\x1b[" not in out  # no colour codes when not on a terminal
+    assert "rollout/kv_pool" in out and "\x1b[" not in out  # no colour codes when not on a terminal
 
 
 def test_errors_exit_1_and_still_print_the_partial_plan(tmp_path, capsys):

@@ -18,7 +18,7 @@ def _plan(path):
 
 def test_schema_keys():
     data = json.loads(_plan(FIXTURES / "rm_2x8.rl").to_json())
-    assert list(data)[:2] == ["version", "spec"] and data["version"] == 2
+    assert list(data)[:2] == ["version", "spec"] and data["version"] == 3
     assert {"pools", "placements", "schedule", "memory", "diagnostics", "roles", "calls", "syncs", "rewards", "data",
             "train", "models"} <= set(data)
     assert set(data["pools"][0]) == {"name", "nodes", "devices_per_node", "device", "device_memory_bytes"}

@@ -19,6 +19,12 @@ def ray_session():
     from rlgraph.runtime.cluster import local_only
 
     local_only()  # bind to 127.0.0.1 only, as `rlgraph run` does
+    # transformers' log handler holds the sys.stderr of the moment it is first used: make that the session's
+    # stderr, not a test's capsys stream, which is closed after that test (a later warning would then print
+    # "--- Logging error ---" and a traceback into another test's output)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.get_logger("transformers")
     import ray
 
     if ray.is_initialized():

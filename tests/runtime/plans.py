@@ -6,8 +6,8 @@ from rlgraph.contract import settings as s
 from rlgraph.plan.model import CallPlan, Placement, Plan, PoolPlan, RolePlan, Stage
 
 ROLLOUT = s.RolloutSettings(engine="hf", n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, tp=1,
-                            memory_fraction=0.5, dtype="float32")
-OPTIM = s.OptimSettings(lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, grad_clip=1.0)
+                            memory_fraction=0.5, dtype="float32", val=s.ValSettings(n=1, temperature=0.0, top_p=1.0, top_k=0))
+OPTIM = s.OptimSettings(lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0)
 ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, entropy_coeff=0.0,
                         optim=OPTIM, gradient_checkpointing=False, lora=None, param_offload=False,
                         optimizer_offload=False)
@@ -68,9 +68,9 @@ def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollo
         spec="<test>", pools=pools, roles=roles, placements=placements, rewards={"exact": reward},
         reward_settings={"exact": s.RewardSettings(max_invalid_fraction=0.0, timeout_s=60.0, batched=False, workers=1)},
         calls=calls, syncs=[["actor", "rollout"]], schedule=schedule,
-        data=s.DataSettings(train="builtin:arith/train", val="builtin:arith/val", batch_size=batch_size,
+        data=s.DataSettings(train=("builtin:arith/train",), val=("builtin:arith/val",), batch_size=batch_size,
                             max_prompt_length=64, shuffle=True, val_batch_size=256),
-        train=s.TrainSettings(steps=steps, seed=0, validate_every=0, val_samples=1, checkpoint_every=0,
+        train=s.TrainSettings(steps=steps, epochs=None, seed=0, validate_every=0, checkpoint_every=0,
                               keep_checkpoints=2, deterministic=False, max_failures=0,
                               samples_every=0, staleness=0, loggers=("console",)),
         models={"policy": {"path": model_path}},

@@ -16,7 +16,7 @@ from rlgraph.runtime.roles import worker_specs
 
 from .plans import REF, ROLLOUT, grpo_plan
 
-TRAIN = s.TrainSettings(steps=1, seed=0, validate_every=0, val_samples=1, checkpoint_every=0, keep_checkpoints=1,
+TRAIN = s.TrainSettings(steps=1, epochs=None, seed=0, validate_every=0, checkpoint_every=0, keep_checkpoints=1,
                         deterministic=False, max_failures=0, samples_every=0, staleness=0, loggers=("console",))
 
 

@@ -40,7 +40,7 @@ def test_each_cpu_spec_trains_two_steps(spec, run_cli, arith_model, tmp_path):
         extra = ["-s", f'scorer.path="{make_reward_model(arith_model, tmp_path / "rm")}"']
     code, out = run_cli(f"specs/{spec}", "--output", run_dir, *fast(steps=2), *extra)
     assert code == 0, out
-    assert "Traceback" not in out
+    assert "Traceback" not in out, out
     records = read_metrics(run_dir)
     assert [r["training/global_step"] for r in records] == [0, 1, 2]
     assert 0.0 <= records[0]["val/score/mean"] <= 1.0 and "val/score/mean" in records[-1]

@@ -30,7 +30,8 @@ def hybrid(ray_session, arith_model, tmp_path_factory):
 
 def test_separate_rollout_matches_the_hybrid_engine_bit_for_bit(hybrid, tmp_path):
     plan = grpo_plan(rollout_pool="gen")
-    plan.train = dataclasses.replace(plan.train, val_samples=3)
+    rollout = plan.role("rollout")  # three sampled answers per validation prompt (`val { n = 3 }`)
+    rollout.settings = dataclasses.replace(rollout.settings, val=dataclasses.replace(rollout.settings.val, n=3))
     result = run_plan(plan, tmp_path)
     assert result.steps == 2
     records = read_metrics(tmp_path)

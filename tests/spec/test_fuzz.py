@@ -149,7 +149,7 @@ _VALUE = st.one_of(st.sampled_from(["1", "1e-6", "80GiB", "7B", '"s"', "true", "
 def test_overrides_never_raise(overrides):
     argv = ["check", str(ROOT / "specs" / "ppo_arith.rl"), "--format", "json"]
     for path, equals, value in overrides:
-        argv += ["-s", f"{path}{equals}{value}"]
+        argv.append(f"--set={path}{equals}{value}")  # one word: a value starting with '-' is not an option
     code, out = _check(argv)
     assert code in (0, 1)
     for diagnostic in json.loads(out):

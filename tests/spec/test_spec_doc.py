@@ -20,7 +20,7 @@ from rlgraph.compiler.builtins import REWARD_CALL, ROLE_METHODS, TRANSFORMS, Sig
 from rlgraph.diagnostics import CODES
 from rlgraph.spec import schema
 from rlgraph.spec.formatter import format_text
-from rlgraph.spec.schema import BLOCKS, OPTIM, ROLE_KEYS, Key
+from rlgraph.spec.schema import BLOCKS, OPTIM, ROLE_KEYS, ROLLOUT_VAL, Key
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
 SECTION = re.compile(r"(<!-- BEGIN GENERATED (\w+) -->\n)(.*?)(<!-- END GENERATED \2 -->)", re.S)
@@ -52,6 +52,10 @@ def _type(t) -> str:
         return "count (`7B`)"
     if isinstance(t, schema.Str):
         return "string"
+    if isinstance(t, schema.Files):
+        return "string or list of strings"
+    if isinstance(t, schema.TopK):
+        return "integer >= 0, or -1 (= 0)"
     if isinstance(t, schema.Bool):
         return "`true` / `false`"
     if isinstance(t, schema.Choice):
@@ -106,6 +110,8 @@ def roles_section() -> str:
         out += [f"#### `kind = {kind}`", "", key_table(keys)]
     out += ["#### `optim { ... }` (actor and critic)", "", OPTIM.doc[0].upper() + OPTIM.doc[1:] + ".", "",
             key_table(OPTIM.keys)]
+    out += ["#### `val { ... }` (rollout)", "", ROLLOUT_VAL.doc[0].upper() + ROLLOUT_VAL.doc[1:] + ".", "",
+            key_table(ROLLOUT_VAL.keys)]
     return "\n".join(out)
 
 

@@ -20,7 +20,7 @@ from rlgraph.workers.envs import Environment, Observation
 
 
 class Talk(Environment):
-    '''Answers the model's first turn with ' =' and ends the episode after its second; a row's extra_info
+    '''Answers the model's first turn with '=0' and ends the episode after its second; a row's extra_info
     `fault` makes its step misbehave.'''
 
     def reset(self, row):
@@ -36,7 +36,7 @@ class Talk(Environment):
         if self.fault == "exit":
             os._exit(7)
         if turn.index == 0:
-            return Observation(text=" =", reward=0.5)
+            return Observation(text="=0", reward=0.5)
         return Observation(reward=1.0, done=True)
 """
 
@@ -55,8 +55,8 @@ def env_settings(tmp_path):
 
 
 class LossyTokenizer:
-    """The model's tokenizer, except that decoding drops spaces: decode then encode is not the identity, so a
-    runtime that re-tokenised the history would train on other ids than the model generated."""
+    """The model's tokenizer, except that decoding writes every '=' as '+': decode then encode is not the
+    identity, so a runtime that re-tokenised the history would train on other ids than the model generated."""
 
     def __init__(self, tokenizer):
         self.inner = tokenizer
@@ -65,7 +65,7 @@ class LossyTokenizer:
         return getattr(self.inner, name)
 
     def decode(self, ids, **kwargs):
-        return self.inner.decode(ids, **kwargs).replace(" ", "")
+        return self.inner.decode(ids, **kwargs).replace("=", "+")
 
 
 class RecordingEngine(HFEngine):
@@ -105,12 +105,12 @@ def test_the_ids_trained_on_are_the_ids_generated_and_the_replies_sit_out_of_the
     engine = _engine(tiny_model_dir)
     pools = EnvPools()
     try:
-        rollout = generate_episodes(engine, _items(engine, ["1 + 2 =", "3 + 4 ="]), _settings(env_settings(), n=4),
+        rollout = generate_episodes(engine, _items(engine, ["1+2=", "3+4="]), _settings(env_settings(), n=4),
                                     pools, seed=0)
     finally:
         pools.close()
     first, second = engine.generated[0], engine.generated[1] if len(engine.generated) > 1 else []
-    reply = engine.tokenizer.encode(" =", add_special_tokens=False)
+    reply = engine.tokenizer.encode("=0", add_special_tokens=False)
     second_turns = iter(second)
     for row in range(len(rollout)):
         segments = rollout.segments(row)
@@ -125,7 +125,7 @@ def test_the_ids_trained_on_are_the_ids_generated_and_the_replies_sit_out_of_the
         assert model_ids == expected  # token-in, token-out: never decoded and encoded again
         assert rollout.loss_mask[row].bool().tolist() == (rollout.token_source[row] == TokenSource.MODEL).tolist()
         assert (rollout.sample_log_probs[row][rollout.token_source[row] == TokenSource.ENV] == 0).all()
-        if len(segments) > 1:  # the lossy decode loses the reply's space: a re-tokenising runtime would differ
+        if len(segments) > 1:  # the lossy decode changes the reply's '=': a re-tokenising runtime would differ
             ids = rollout.responses[row][: segments[-1].stop].tolist()
             assert engine.tokenizer.encode(engine.tokenizer.decode(ids), add_special_tokens=False) != ids
     assert any(len(rollout.segments(row)) == 3 for row in range(len(rollout)))

@@ -11,13 +11,16 @@ from rlgraph.compiler.passes.batch import batch
 from rlgraph.compiler.passes.dataflow import dataflow
 from rlgraph.compiler.passes.environments import environments
 from rlgraph.compiler.passes.offload import offload
+from rlgraph.compiler.passes.paths import paths
 from rlgraph.compiler.passes.resolve import resolve
 from rlgraph.compiler.passes.roles import roles
 from rlgraph.compiler.passes.runtime_support import runtime_support
 from rlgraph.compiler.passes.sampling import sampling
+from rlgraph.compiler.passes.training import training
 from rlgraph.compiler.passes.user_functions import user_functions
 
 PASSES = (
+    paths,      # model folders and data files exist (marks a missing one invalid for the passes after it)
     resolve,    # names: models, pools, roles, places
     dataflow,   # fields: produced once, used, acyclic, of the right kind
     roles,      # trained roles updated once from the right inputs; every role called
@@ -27,6 +30,7 @@ PASSES = (
     offload,    # a trained role's param_offload on sharded parameters
     asynchrony,  # train.staleness > 0: a rollout on devices of its own, synced from the policy
     sampling,   # several generate calls (one trained rollout), filter_groups, overlong_penalty
+    training,   # steps or epochs, warm-up steps or ratio, validation samples: each said once
     environments,  # declared envs: a class name, each used, a reply that fits the response budget
     runtime_support,  # only what rlgraph's runtime implements (warnings; `run` refuses some)
 )

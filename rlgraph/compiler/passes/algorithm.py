@@ -41,6 +41,16 @@ def _group_size(program: Program, graph: StepGraph, node: CallNode) -> list[Diag
         return _greedy_group(node, role, call)
     defaulted = not own and not role.is_set("n")
     where = f"`{call.label}`" if own else f"rollout `{role.name}`"
+    if node.target in GROUP_ESTIMATORS:
+        # a group of one keeps its raw score (mean 0, std 1: verl's rule), so the step trains, without a baseline
+        return [warning(
+            "single-sample-group", f"`{node.label}` compares the samples of each prompt, but {where} draws only "
+            f"{n} sample per prompt" + (" (`n` defaults to 1)" if defaulted else "")
+            + ": each advantage is its raw score, with no baseline (as verl does with a group of one)",
+            call.kwarg_spans["n"] if own else role.span_of("n"),
+            (f"add `n = 4` (or more) to role `{role.name}`" if defaulted else "set n = 4 or more")
+            + " to compare a prompt's samples",
+            label=f"{n} sample per prompt", notes=[(f"`{node.label}` is called", node.span)])]
     return [error(
         "algorithm", f"`{node.label}` compares the samples of each prompt, but {where} draws only "
         f"{n} sample per prompt" + (" (`n` defaults to 1)" if defaulted else ""),

@@ -176,6 +176,30 @@ def _token_budget(program: Program, graph: StepGraph, rollout: Decl | None) -> l
                 f"= {prompt_length} + max_new_tokens = {new_tokens} of `{rollout.name}` = {longest} tokens", span,
                 f"a forward pass holds at least one whole row (prompt + response): use micro_batch_tokens >= {longest}, "
                 f"e.g. {4 * longest} (4 rows of the longest length per pass)", label=f"{longest} tokens per row"))
+    return out + _call_token_budget(graph, prompt_length, new_tokens)
+
+
+def _call_token_budget(graph: StepGraph, prompt_length, new_tokens) -> list[Diagnostic]:
+    """A forward call's own `micro_batch` / `micro_batch_tokens` (`ref.log_prob(micro_batch = 8)`): one of them,
+    and a budget of at least one whole sequence."""
+    out = []
+    for node in graph.calls():
+        budget, micro = node.kwargs.get("micro_batch_tokens"), node.kwargs.get("micro_batch")
+        if not isinstance(budget, int):
+            continue
+        span = node.kwarg_spans.get("micro_batch_tokens", node.span)
+        if micro is not None:
+            out.append(error("token-budget", f"`{node.label}` sets both micro_batch = {micro} samples and "
+                             f"micro_batch_tokens = {budget} tokens per forward pass", span,
+                             "a call's micro-batch is either a number of samples or a token budget: keep one",
+                             label="and micro_batch"))
+        if isinstance(prompt_length, int) and isinstance(new_tokens, int) and budget < prompt_length + new_tokens:
+            longest = prompt_length + new_tokens
+            out.append(error("token-budget", f"micro_batch_tokens = {budget} of `{node.label}` is less than one whole "
+                             f"sequence: data.max_prompt_length = {prompt_length} + max_new_tokens = {new_tokens} = "
+                             f"{longest} tokens", span,
+                             f"use micro_batch_tokens >= {longest}, e.g. {4 * longest}",
+                             label=f"{longest} tokens per row"))
     return out
 
 

@@ -5,7 +5,7 @@ model policy { path = "builtin:arith-gpt" }
 pool main { nodes = 1  devices_per_node = 1 }
 
 role actor { model = policy  pool = main }
-role rollout { colocate = actor  n = 1  temperature = 1.0 }  # E: algorithm
+role rollout { colocate = actor  n = 1  temperature = 1.0 }  # W: single-sample-group
 reward exact { fn = "rlgraph.tasks.arith:exact_match" }
 
 data { train = "builtin:arith/train"  batch_size = 32 }

@@ -5,7 +5,7 @@ model policy { path = "builtin:arith-gpt" }
 pool main { nodes = 1  devices_per_node = 1 }
 
 role actor { model = policy  pool = main }
-role rollout { colocate = actor }  # E: algorithm
+role rollout { colocate = actor }  # W: single-sample-group
 reward exact { fn = "rlgraph.tasks.arith:exact_match" }
 
 data { train = "builtin:arith/train"  batch_size = 32 }

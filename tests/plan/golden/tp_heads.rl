@@ -5,7 +5,7 @@ model policy { path = "qwen2-7b" }
 pool gpus { nodes = 1  devices_per_node = 8  device = gpu  memory = 80GiB }
 
 role actor { model = policy  pool = gpus  replicas = 8  strategy = fsdp  dtype = bf16  micro_batch = 4 }
-role rollout { colocate = actor  engine = sglang  tp = 8  n = 4  dtype = bf16 }  # E: tp-heads
+role rollout { colocate = actor  engine = sglang  tp = 8  n = 4  dtype = bf16 }  # E: tp-heads  # W: engine-batch
 reward exact { fn = "rlgraph.tasks.arith:exact_match" }
 
 data { train = "builtin:arith/train"  batch_size = 32 }

@@ -5,7 +5,7 @@ model policy { path = "builtin:arith-gpt"  params = 3B  layers = 32  hidden = 30
 pool gpus { nodes = 1  devices_per_node = 12  device = gpu  memory = 80GiB }
 
 role actor { model = policy  pool = gpus  replicas = 12  strategy = fsdp  dtype = bf16  micro_batch = 4 }
-role rollout { colocate = actor  engine = sglang  tp = 12  n = 4  dtype = bf16 }  # E: tp-heads  # W: tp-not-implemented
+role rollout { colocate = actor  engine = sglang  tp = 12  n = 4  dtype = bf16 }  # E: tp-heads  # W: engine-batch  # W: tp-not-implemented
 reward exact { fn = "rlgraph.tasks.arith:exact_match" }
 
 data { train = "builtin:arith/train"  batch_size = 48 }

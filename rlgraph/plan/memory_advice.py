@@ -1,0 +1,152 @@
+"""What an out-of-memory error says: the biggest real cause first, then only changes that were checked to fit.
+
+Each candidate change is applied to a copy of the spec's declarations and the whole estimate (placement,
+engines, memory) is run again; a change is printed only when the pool then fits, the smallest change first
+(one setting before two, cheap settings before costly ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+
+from rlgraph.compiler.topology import root_of
+from rlgraph.plan.model import MemoryRow, RolePlan
+from rlgraph.plan.view import format_bytes
+from rlgraph.spec.program import Program
+
+TRAINED = ("actor", "critic")
+MAX_FIXES = 3
+
+
+def first_cause(program: Program, row: MemoryRow, capacity: int, roles: dict[str, RolePlan]) -> tuple[str, str]:
+    """A sentence naming the role that holds the most on `row`, in what it is made of; and that role's name."""
+    by_role: dict[str, dict[str, int]] = {}
+    for key, size in row.breakdown.items():
+        name, _, item = key.partition("/")
+        by_role.setdefault(name, {})[item] = size
+    name = max(by_role, key=lambda n: sum(by_role[n].values()))
+    items, role, plan = by_role[name], program.roles.get(name), roles.get(name)
+    total = sum(items.values())
+    over = f", more than the device's {format_bytes(capacity)}" if total > capacity else ""
+    if role is not None and role.kind in TRAINED:
+        state = {k: v for k, v in items.items() if k in ("params", "adapters", "grads", "optimizer")}
+        size = sum(state.values())
+        sharded = role.get("strategy", "ddp") == "fsdp" and plan is not None and plan.replicas > 1
+        over = f", more than the device's {format_bytes(capacity)}" if size > capacity else ""
+        if (role.get("lora") or {}).get("rank"):
+            what = f"`{name}`'s frozen weights and its adapters' training state are {format_bytes(size)} a device"
+        else:
+            what = (f"`{name}`'s training state alone is 16 bytes per parameter (4 fp32 weights + 4 grads + 8 AdamW) "
+                    f"= {format_bytes(size)}" + (f" a device, sharded over {plan.replicas}" if sharded
+                                                 else " on every device"))
+        rest = {k: v for k, v in items.items() if k not in state and v}
+        if rest:
+            what += "; with " + " and ".join(f"{k} {format_bytes(v)}" for k, v in rest.items())
+        return what + over, name
+    if role is not None and role.kind == "rollout" and "kv_pool" in items:
+        return (f"`{name}` ({role.get('engine')}) takes memory_fraction {role.get('memory_fraction', 0.5):g} of the "
+                f"device: {format_bytes(total)} for its weights and KV pool{over}"), name
+    parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in sorted(items.items(), key=lambda kv: -kv[1]) if v)
+    return f"`{name}` holds the most: {parts}{over}", name
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    text: str  # as a user writes it: "`strategy = fsdp` on `actor`"
+    edits: tuple[tuple[str, str, str, object], ...]  # (block: role | pool, name, key, value)
+    cost: int  # cheaper first among changes of as many settings
+
+
+def _candidates(program: Program, pool: str) -> list[Change]:
+    roles = [r for r in program.roles.values() if _pool_of(program, r) == pool]
+    decl = program.pools[pool]
+    out: list[Change] = []
+    for role in roles:
+        n = role.name
+        if role.kind in TRAINED:
+            micro = role.get("micro_batch")
+            if micro and micro > 1:
+                for smaller in sorted({max(1, micro // 4), max(1, micro // 2)}, reverse=True):
+                    out.append(Change(f"`micro_batch = {smaller}` on `{n}`", (("role", n, "micro_batch", smaller),), 0))
+            if not role.get("gradient_checkpointing"):
+                out.append(Change(f"`gradient_checkpointing = true` on `{n}`",
+                                  (("role", n, "gradient_checkpointing", True),), 1))
+            replicas = _dp(program, role)
+            if role.get("strategy", "ddp") == "ddp" and replicas > 1:
+                out.append(Change(f"`strategy = fsdp` on `{n}` (its state divided over {replicas} devices)",
+                                  (("role", n, "strategy", "fsdp"),), 3))
+            if not role.get("optimizer_offload") and not role.get("param_offload"):
+                out.append(Change(f"`optimizer_offload = true` on `{n}` (AdamW's 8 bytes a parameter on the host)",
+                                  (("role", n, "optimizer_offload", True),), 4))
+            if not role.get("param_offload") and replicas > 1:
+                fsdp = () if role.get("strategy") == "fsdp" else (("role", n, "strategy", "fsdp"),)
+                out.append(Change(f"`param_offload = true`{' and `strategy = fsdp`' * bool(fsdp)} on `{n}`",
+                                  fsdp + (("role", n, "param_offload", True),), 5))
+        elif role.kind == "rollout" and role.get("engine") in ("sglang", "vllm"):
+            fraction = role.get("memory_fraction", 0.5)
+            for lower in (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2):
+                if lower < fraction:
+                    out.append(Change(f"`memory_fraction = {lower}` on `{n}`", (("role", n, "memory_fraction", lower),),
+                                      0))
+        elif role.kind in ("ref", "reward_model"):
+            if role.get("dtype", "fp32") == "fp32":
+                out.append(Change(f"`dtype = bf16` on `{n}`", (("role", n, "dtype", "bf16"),), 2))
+            if role.kind == "ref" and not role.get("param_offload"):
+                out.append(Change(f"`param_offload = true` on `{n}`", (("role", n, "param_offload", True),), 4))
+    nodes, per_node = decl.get("nodes", 1), decl.get("devices_per_node", 1)
+    for times in (2, 4, 8):  # the fewest devices that fit; replicas grow with them
+        grow = ("devices_per_node", per_node * times) if per_node * times <= 8 else ("nodes", nodes * times)
+        edits = (("pool", pool) + grow,) + tuple(("role", r.name, "replicas", times * r.get("replicas", 1))
+                                                for r in roles if r.get("pool") == pool)
+        out.append(Change(f"`{grow[0]} = {grow[1]}` on pool `{pool}` ({times} times the devices and replicas)",
+                          edits, 6))
+    return out
+
+
+def verified_fixes(program: Program, pool: str, fits: Callable[[Program, str], bool]) -> list[str]:
+    """Changes that make `pool` fit when the estimate is run again on them, smallest first."""
+    return [f"fits with {change.text}" for change in verified_changes(program, pool, fits)]
+
+
+def verified_changes(program: Program, pool: str, fits: Callable[[Program, str], bool]) -> list[Change]:
+    """verified_fixes as Changes, whose edits `rlgraph plan --fit` writes into the spec."""
+    candidates = _candidates(program, pool)
+    found: list[Change] = []
+    seen_roles_keys: set[tuple] = set()
+    for change in sorted(candidates, key=lambda c: c.cost):
+        key = tuple((block, name, k) for block, name, k, _ in change.edits)
+        if key in seen_roles_keys:  # the largest micro-batch / memory fraction that fits is enough
+            continue
+        if fits(_apply(program, change.edits), pool):
+            found.append(change)
+            seen_roles_keys.add(key)
+    if not found:  # two changes together
+        for a, b in itertools.combinations(sorted(candidates, key=lambda c: c.cost), 2):
+            if {e[:3] for e in a.edits} & {e[:3] for e in b.edits}:
+                continue
+            if fits(_apply(program, a.edits + b.edits), pool):
+                found.append(Change(f"{a.text} and {b.text}", a.edits + b.edits, a.cost + b.cost))
+            if len(found) >= MAX_FIXES:
+                break
+    return found[:MAX_FIXES]
+
+
+def _apply(program: Program, edits) -> Program:
+    roles, pools = dict(program.roles), dict(program.pools)
+    for block, name, key, value in edits:
+        table = roles if block == "role" else pools
+        decl = table[name]
+        table[name] = dataclasses.replace(decl, values={**decl.values, key: value})
+    return dataclasses.replace(program, roles=roles, pools=pools)
+
+
+def _pool_of(program: Program, role) -> str | None:
+    return root_of(program, role).get("pool")
+
+
+def _dp(program: Program, role) -> int:
+    """The data-parallel size a role's state would be sharded over: its root's devices over tp."""
+    root = root_of(program, role)
+    return root.get("replicas", 1) * (root.get("tp", 1) if root.kind == "rollout" else 1)

@@ -1,0 +1,71 @@
+"""Set a key of a block in a spec's text, the way a person would edit the file.
+
+`set_key(text, "role", "actor", "micro_batch", 4)`:
+
+- the key is written in the file's `role actor` block: its value is replaced where it is written;
+- the block is in the file but the key is not: the key is added as the block's last entry;
+- the block is not in the file (it comes from an included file): a block `role actor { micro_batch = 4 }`
+  is appended at the end of the file. A block of the same kind and name in a later file merges key by key
+  (rlgraph/spec/loader.py), and the end of the including file comes after every include, so it wins.
+
+Everything else (comments, blank lines, layout) is left as it is; run the formatter on the result.
+Only this file's text is edited, never an included file: a key set in an included file is set again here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from rlgraph.diagnostics import Span
+from rlgraph.spec import ast
+from rlgraph.spec.formatter import FormatError
+from rlgraph.spec.parser import parse_text
+
+_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def value_text(value: object) -> str:
+    """A Python value as it is written in a spec: `true`, `4`, `0.5`, `fsdp`, `"a path"`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return value if _BARE.match(value) and value not in ("true", "false") else json.dumps(value)
+    raise TypeError(f"cannot write {value!r} as a spec value")
+
+
+def set_key(text: str, keyword: str, name: str, key: str, value: object, file: str = "<text>") -> str:
+    """`text` with `key = value` in the top-level block `keyword name`. Raises FormatError when it does not parse."""
+    spec, diagnostics = parse_text(text, file)
+    if spec is None:
+        raise FormatError(diagnostics)
+    written = value_text(value)
+    block = next((item for item in reversed(spec.items)
+                  if isinstance(item, ast.Block) and item.keyword == keyword and item.name == name), None)
+    if block is None:
+        return text.rstrip("\n") + f"\n\n{keyword} {name} {{ {key} = {written} }}\n"
+    assign = block.get(key)
+    if isinstance(assign, ast.Assign):
+        start, end = _offset(text, assign.value.span.line, assign.value.span.column), _end(text, assign.value.span)
+        return text[:start] + written + text[end:]
+    close = _end(text, block.span) - 1  # the block's `}`
+    if block.span.line == block.span.end_line:  # a one-line block stays one line
+        return text[:close].rstrip(" ") + f"  {key} = {written} " + text[close:]
+    line_start = text.rfind("\n", 0, close) + 1
+    indent = " " * (block.span.column - 1) + "  "
+    if text[line_start:close].strip():  # `}` shares its line with an entry: put the key on a line of its own
+        return text[:close].rstrip(" ") + f"\n{indent}{key} = {written}\n" + text[close:]
+    return text[:line_start] + f"{indent}{key} = {written}\n" + text[line_start:]
+
+
+def _offset(text: str, line: int, column: int) -> int:
+    start = 0
+    for _ in range(line - 1):
+        start = text.index("\n", start) + 1
+    return start + column - 1
+
+
+def _end(text: str, span: Span) -> int:
+    return _offset(text, span.end_line, span.end_column)
