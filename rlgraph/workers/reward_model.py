@@ -64,6 +64,8 @@ class RewardModelWorker:
                 ids, mask = part.input_ids, part.attention_mask
             ids, mask = ids.to(self.device), mask.to(self.device)
             sequence_scores[rows] = last_token_scores(self.module, ids, mask, position_ids_from_mask(mask)).cpu()
+        if rollout.episodes is not None:  # a sample whose environment failed gets no reward (and no loss)
+            sequence_scores[torch.tensor([e["failed"] for e in rollout.episodes], dtype=torch.bool)] = 0.0
         token_level = torch.zeros(rollout.responses.shape, dtype=torch.float32)  # (batch, R)
         token_level[torch.arange(len(rollout)), rollout.reward_index.cpu()] = sequence_scores
         return token_level
