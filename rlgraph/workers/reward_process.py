@@ -334,7 +334,7 @@ class RewardProcess:
         child_end.close()
         slot_file.close()  # the mapping stays valid
         self.conn = Connection(parent_end.detach())
-        self._finalizer = weakref.finalize(self, _stop, self.proc, self.conn)
+        self._finalizer = weakref.finalize(self, stop_child, self.proc, self.conn)
         self.conn.send((list(sys.path), fn_ref, self.base_dir, self.batched))
 
     def _wait(self) -> Any:
@@ -455,10 +455,11 @@ def _pickled(fn: RewardFn, name: str) -> bytes:
                                   "define it at the top level of a module") from None
 
 
-def _stop(proc: subprocess.Popen, conn: Connection) -> None:
+def stop_child(proc: subprocess.Popen, conn: Connection) -> None:
+    """Stop a child that runs user code: close its connection, and kill it if it is busy in that code."""
     conn.close()  # an idle child reads EOF and exits
     try:
         proc.wait(timeout=1.0)
-    except subprocess.TimeoutExpired:  # busy in the function
+    except subprocess.TimeoutExpired:  # busy in the user's code
         proc.kill()
         proc.wait()

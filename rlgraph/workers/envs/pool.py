@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlgraph.workers.envs.base import Observation, Turn
 from rlgraph.workers.envs.loading import EnvError, load_env_class
-from rlgraph.workers.reward_process import as_score, become_child, shown
+from rlgraph.workers.reward_process import as_score, become_child, shown, stop_child
 
 if TYPE_CHECKING:
     from rlgraph.contract.settings import EnvSettings
@@ -144,7 +144,7 @@ class EnvPool:
         )
         child_end.close()
         process.conn = Connection(parent_end.detach())
-        process.stop = weakref.finalize(self, _stop, process.proc, process.conn)
+        process.stop = weakref.finalize(self, stop_child, process.proc, process.conn)
         process.loading = True
         process.conn.send((list(sys.path), self.settings))
 
@@ -282,15 +282,6 @@ def _how_it_ended(proc: subprocess.Popen) -> str:
         return f"was killed by signal {signal.Signals(-code).name}"
     except ValueError:
         return f"was killed by signal {-code}"
-
-
-def _stop(proc: subprocess.Popen, conn: Connection) -> None:
-    conn.close()  # an idle child reads EOF and exits
-    try:
-        proc.wait(timeout=1.0)
-    except subprocess.TimeoutExpired:  # busy in an environment
-        proc.kill()
-        proc.wait()
 
 
 # --- the child process -------------------------------------------------------------------------------
