@@ -4,23 +4,33 @@ what the doc renders: four configurations, each with its measured peak and the p
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+import background_jobs as background
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_memory_bench_smoke(tmp_path):
-    out = tmp_path / "memory.json"
-    done = subprocess.run([sys.executable, "bench/bench_memory.py", "--smoke", "--output", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+@background.job
+def memory_smoke(workdir: Path):
+    out = workdir / "memory.json"
+    done = background.run([sys.executable, "bench/bench_memory.py", "--smoke", "--output", str(out)], cwd=ROOT,
+                          timeout=600)
+    return done, out
+
+
+def test_memory_bench_smoke():
+    done, out = background.result(__name__)
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(out.read_text())
     configs = result["configs"]
     assert set(configs) == {"full", "lora", "full + checkpointing", "lora + checkpointing"}
     for name, c in configs.items():
-        assert c["measured_bytes"] > 0 and c["peak_grew_in_update"], name
+        # the update allocates what it holds on top of its start (grads at least); whether it also beat the
+        # process's earlier high-water mark depends on the shapes (a checkpointed update may not), and the bench
+        # then reads its own sampled peak
+        assert c["measured_bytes"] > 0 and c["update_over_before_bytes"] > 0, name
         lora = name.startswith("lora")
         # LoRA trains a small share of the model, and the plan counts grads and Adam for the adapters only
         assert (c["trainable_params"] < c["params"] / 2) == lora

@@ -2,7 +2,8 @@
 
 Not timed tests: they prove that `make bench` would not die on a renamed function or a changed
 metric name. The scripts run at once (in parallel, each in its own process, each with its own
-private Ray instance where it needs one), so the module takes about as long as the slowest one.
+private Ray instance where it needs one), in the background while the rest of the suite runs
+(tests/background_jobs.py).
 The TRL smoke run is skipped when bench/.venv-trl is absent (`make bench` creates it).
 """
 
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+import background_jobs as background
+
 ROOT = Path(__file__).resolve().parents[2]
 TRL_VENV = ROOT / "bench" / ".venv-trl"
 
@@ -29,9 +32,8 @@ SMOKE = {
 }
 
 
-@pytest.fixture(scope="module")
-def smoke_runs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench")
+@background.job
+def run_smokes(out: Path) -> dict:
     started = time.perf_counter()
     running = {}
     env = dict(os.environ, RLGRAPH_BENCH_RUN_ID="smoke-test")  # one run, as run_all.py makes it
@@ -39,13 +41,18 @@ def smoke_runs(tmp_path_factory):
         if name == "trl" and not (TRL_VENV / ".complete").exists():
             continue
         log = open(out / f"{name}.log", "w")
-        running[name] = (subprocess.Popen([sys.executable, *args, "--output", str(out / f"{name}.json")], cwd=ROOT,
+        running[name] = (background.popen([sys.executable, *args, "--output", str(out / f"{name}.json")], cwd=ROOT,
                                           stdout=log, stderr=subprocess.STDOUT, env=env), log)
     codes = {}
     for name, (process, log) in running.items():
         codes[name] = process.wait(timeout=300)
         log.close()
     return {"dir": out, "codes": codes, "seconds": time.perf_counter() - started}
+
+
+@pytest.fixture(scope="module")
+def smoke_runs():
+    return background.result(__name__)
 
 
 def _result(runs, name: str) -> dict:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -92,14 +91,11 @@ def test_unreadable_spec_exits_1(tmp_path, capsys):
     assert "error[" in capsys.readouterr().err
 
 
-def test_plan_imports_no_torch_ray_or_transformers_and_is_fast():
-    code = ("import sys, time; t = time.perf_counter(); from rlgraph.cli import main; "
+def test_plan_imports_no_torch_ray_or_transformers():
+    code = ("import sys; from rlgraph.cli import main; "
             f"rc = main(['plan', {str(FIXTURES / 'rm_2x8.rl')!r}, '--format', 'html', '-o', '/dev/null']); "
             "heavy = [m for m in ('torch', 'ray', 'transformers') if m in sys.modules]; "
-            "print(rc, heavy, time.perf_counter() - t)")
-    started = time.perf_counter()
+            "print(rc, heavy)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
-    wall = time.perf_counter() - started
-    rc, heavy, _ = done.stdout.split(" ", 2)
-    assert rc == "0" and heavy == "[]", done.stdout + done.stderr
-    assert wall < 5  # well under 1 s on a normal machine; generous for loaded CI
+    rc, heavy = done.stdout.split(" ", 1)
+    assert rc == "0" and heavy.strip() == "[]", done.stdout + done.stderr

@@ -4,7 +4,9 @@ a separate pool, 2 training steps; then `rlgraph run --address` of the same spec
 cluster (1 step). Prints one JSON object: where everything ran, as seen from inside the processes, and
 what the cluster looked like after the `--address` run.
 
-    python -m tests.runtime.multinode_run SPEC RUN_DIR [-s key=value ...]
+    python -m tests.runtime.multinode_run SPEC RUN_DIR [--reward-model DIR] [-s key=value ...]
+
+--reward-model DIR first writes tests.runtime.helpers.make_reward_model of the built-in model into DIR.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ import time
 from pathlib import Path
 
 
-def main(spec: str, run_dir: str, overrides: list[str]) -> None:
+def main(spec: str, run_dir: str, overrides: list[str], reward_model: str | None = None) -> None:
+    if reward_model:
+        from rlgraph.models import resolve_model_path
+        from tests.runtime.helpers import make_reward_model
+
+        make_reward_model(resolve_model_path("builtin:arith-gpt"), Path(reward_model))
     import ray
     from ray.cluster_utils import Cluster
 
@@ -69,4 +76,9 @@ def main(spec: str, run_dir: str, overrides: list[str]) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main(args[0], args[1], [a for a in args[2:] if a != "-s"])
+    rm = None
+    if "--reward-model" in args:
+        at = args.index("--reward-model")
+        rm = args[at + 1]
+        del args[at:at + 2]
+    main(args[0], args[1], [a for a in args[2:] if a != "-s"], rm)
