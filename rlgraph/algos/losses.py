@@ -32,6 +32,26 @@ def _rollout_corrected(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor
     return pg_losses * zero_masked(rollout_is_weights.detach(), response_mask)
 
 
+def _zeroed(response_mask: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return tuple(zero_masked(t, response_mask) for t in tensors)
+
+
+def _aggregated(pg_losses: torch.Tensor, response_mask: torch.Tensor, agg: str,
+                rollout_is_weights: torch.Tensor | None, log_ratio: torch.Tensor, clipped: torch.Tensor,
+                clipped_lower: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """A policy loss's per-token losses, weighted (TIS) and aggregated, and the metrics every one reports:
+    the share of tokens whose clip was taken, of those dual-clipped (None: the loss has no dual clip), and
+    the KL to pi_old estimated from `log_ratio` = log pi - log pi_old."""
+    pg_loss = agg_loss(_rollout_corrected(pg_losses, rollout_is_weights, response_mask), response_mask, agg)
+    metrics = {
+        "actor/pg_clipfrac": masked_mean(clipped.to(log_ratio.dtype), response_mask).item(),
+        "actor/pg_clipfrac_lower": 0.0 if clipped_lower is None else
+        masked_mean(clipped_lower.to(log_ratio.dtype), response_mask).item(),
+        "actor/ppo_kl": masked_mean(-log_ratio, response_mask).item(),
+    }
+    return pg_loss, metrics
+
+
 def _clipped_surrogate(
     ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,7 +80,7 @@ def policy_loss(
     `rollout_is_weights`: truncated importance weights pi_old / mu that scale each token's loss (TIS).
     """
     _check_clip_c(clip_c)
-    old_log_prob, log_prob, advantages = (zero_masked(t, response_mask) for t in (old_log_prob, log_prob, advantages))
+    old_log_prob, log_prob, advantages = _zeroed(response_mask, old_log_prob, log_prob, advantages)
 
     log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (batch, response_len)
     ratio = torch.exp(log_ratio)
@@ -68,14 +88,7 @@ def policy_loss(
     dual_bound = -advantages * clip_c
     dual_clipped = (clipped_loss > dual_bound) & (advantages < 0)
     pg_losses = torch.where(advantages < 0, torch.minimum(clipped_loss, dual_bound), clipped_loss)
-    pg_loss = agg_loss(_rollout_corrected(pg_losses, rollout_is_weights, response_mask), response_mask, agg)
-
-    metrics = {
-        "actor/pg_clipfrac": masked_mean(clipped.to(ratio.dtype), response_mask).item(),
-        "actor/pg_clipfrac_lower": masked_mean(dual_clipped.to(ratio.dtype), response_mask).item(),
-        "actor/ppo_kl": masked_mean(-log_ratio, response_mask).item(),
-    }
-    return pg_loss, metrics
+    return _aggregated(pg_losses, response_mask, agg, rollout_is_weights, log_ratio, clipped, dual_clipped)
 
 
 def gspo_policy_loss(
@@ -97,7 +110,7 @@ def gspo_policy_loss(
     `rollout_is_weights` scale each token's loss as in `policy_loss`; sequence-level ones (one weight per
     sample) match GSPO's sequence-level objective.
     """
-    old_log_prob, log_prob, advantages = (zero_masked(t, response_mask) for t in (old_log_prob, log_prob, advantages))
+    old_log_prob, log_prob, advantages = _zeroed(response_mask, old_log_prob, log_prob, advantages)
 
     log_ratio = log_prob - old_log_prob  # (batch, response_len)
     seq_log_ratio = masked_mean(log_ratio, response_mask, dim=-1)  # (batch,)
@@ -105,14 +118,7 @@ def gspo_policy_loss(
     # Clamped above only, as in the reference recipe: a huge ratio overflows, a tiny one is harmless.
     ratio = torch.exp(torch.clamp(token_log_ratio, max=10.0))  # (batch, response_len)
     pg_losses, clipped = _clipped_surrogate(ratio, advantages, clip_low, clip_high)
-    pg_loss = agg_loss(_rollout_corrected(pg_losses, rollout_is_weights, response_mask), response_mask, agg)
-
-    metrics = {
-        "actor/pg_clipfrac": masked_mean(clipped.to(ratio.dtype), response_mask).item(),
-        "actor/pg_clipfrac_lower": 0.0,  # GSPO has no dual clip
-        "actor/ppo_kl": masked_mean(-log_ratio, response_mask).item(),
-    }
-    return pg_loss, metrics
+    return _aggregated(pg_losses, response_mask, agg, rollout_is_weights, log_ratio, clipped)  # no dual clip
 
 
 def cispo_policy_loss(
@@ -134,20 +140,13 @@ def cispo_policy_loss(
     `rollout_is_weights` scale each token's loss as in `policy_loss`: the detached weight becomes
     sg(clip(pi / pi_old) * min(pi_old / mu, cap)), the two truncated separately.
     """
-    old_log_prob, log_prob, advantages = (zero_masked(t, response_mask) for t in (old_log_prob, log_prob, advantages))
+    old_log_prob, log_prob, advantages = _zeroed(response_mask, old_log_prob, log_prob, advantages)
 
     log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (batch, response_len)
     ratio = torch.exp(log_ratio).detach()
     is_weight = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     pg_losses = -is_weight * advantages * log_prob
-    pg_loss = agg_loss(_rollout_corrected(pg_losses, rollout_is_weights, response_mask), response_mask, agg)
-
-    metrics = {
-        "actor/pg_clipfrac": masked_mean((is_weight != ratio).to(ratio.dtype), response_mask).item(),
-        "actor/pg_clipfrac_lower": 0.0,  # CISPO has no dual clip
-        "actor/ppo_kl": masked_mean(-log_ratio, response_mask).item(),
-    }
-    return pg_loss, metrics
+    return _aggregated(pg_losses, response_mask, agg, rollout_is_weights, log_ratio, is_weight != ratio)
 
 
 def value_loss(
@@ -163,9 +162,7 @@ def value_loss(
     `values` are the critic's predictions at rollout time; clipping the new prediction around them
     keeps one update from moving the critic far, as PPO does for the policy.
     """
-    vpreds = zero_masked(vpreds, response_mask)
-    returns = zero_masked(returns, response_mask)
-    values = zero_masked(values, response_mask)
+    vpreds, returns, values = _zeroed(response_mask, vpreds, returns, values)
 
     vpred_clipped = torch.clamp(vpreds, values - clip, values + clip)  # (batch, response_len)
     vf_losses1 = (vpreds - returns) ** 2

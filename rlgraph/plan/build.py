@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from rlgraph.compiler import Compilation
 from rlgraph.diagnostics import Diagnostic
 from rlgraph.plan.checks import plan_checks
@@ -40,12 +38,11 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
         checked = _unless_invalid(lambda: plan_checks(program, plan.placements, diagnostics + placed), [])
         diagnostics += placed + estimated + _unless_invalid(lambda: check_tokenizers(program), []) + checked
         plan.rewards = {name: decl.get("fn") for name, decl in program.rewards.items()}
-        plan.reward_settings = {name: reward_settings(decl.values) for name, decl in program.rewards.items()}
+        # a reward or env with a wrong value (reported) is left out, as data and train are: shown with the
+        # default in its place, it would show settings the user never wrote; a call that names it has none either
+        plan.reward_settings = _resolved(program.rewards, lambda decl: reward_settings(decl.values))
         plan.models = {name: dict(decl.values) for name, decl in program.models.items()}
-        # shown with the default in place of a wrong value (reported): the plan lists every env; nothing is
-        # checked or run from these settings, since a plan with errors never runs
-        plan.envs = {name: env_settings(program, replace(decl, values=dict(decl.values)))
-                     for name, decl in program.envs.items()}
+        plan.envs = _resolved(program.envs, lambda decl: env_settings(program, decl))
         plan.data = _or_none(lambda: data_settings(program))
         plan.train = _or_none(lambda: train_settings(program))
     if graph is not None:
@@ -71,6 +68,12 @@ def _or_none(resolve):
         return resolve()
     except (KeyError, TypeError, ValueError, AttributeError, InvalidValue):
         return None
+
+
+def _resolved(decls, resolve) -> dict:
+    """Name -> resolved settings of the declarations whose settings have no errors."""
+    settings = {name: _or_none(lambda decl=decl: resolve(decl)) for name, decl in decls.items()}
+    return {name: value for name, value in settings.items() if value is not None}
 
 
 def _unless_invalid(step, skipped):

@@ -84,8 +84,8 @@ def episode_metrics(rollout: Any, prefix: str = "") -> dict[str, float]:
     if not episodes:
         return {}
 
-    def column(key: str) -> torch.Tensor:
-        return torch.tensor([float(e[key]) for e in episodes])
+    def column(name: str) -> torch.Tensor:
+        return torch.tensor([float(getattr(e, name)) for e in episodes])
 
     calls, errors, failed = column("tool_calls"), column("tool_errors"), column("failed")
     metrics = _stats("num_turns", column("turns")) | _stats("tool_calls", calls) | {
@@ -99,7 +99,7 @@ def episode_metrics(rollout: Any, prefix: str = "") -> dict[str, float]:
         "response_length/env_tokens_mean": column("env_tokens").mean().item(),
     }
     if not prefix:
-        metrics["timing_s/env"] = sum(e.get("env_seconds", 0.0) for e in episodes)
+        metrics["timing_s/env"] = rollout.env_seconds
     return {f"{prefix}{name}": value for name, value in metrics.items()}
 
 

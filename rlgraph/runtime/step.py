@@ -43,7 +43,7 @@ def step_samples(rollout: Any, semantic: dict[str, Any], step: int,
                   "advantage": float((advantages[i] * mask[i]).sum() / mask[i].sum().clamp(min=1))
                   if advantages is not None else None}
         if getattr(rollout, "episodes", None) is not None:  # turns, tool calls, a failure: what the episode did
-            sample["episode"] = {k: v for k, v in rollout.episodes[i].items() if k != "env_seconds"}
+            sample["episode"] = rollout.episodes[i].to_json()
         samples.append(sample)
     return samples
 

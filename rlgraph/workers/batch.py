@@ -41,6 +41,27 @@ class TokenSource(enum.IntEnum):
     ENV = 2  # inserted by an environment between model turns: attended to, not sampled, not trained on
 
 
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """What one sample's episode with an environment did (`generate(env = ...)`, rlgraph/workers/episodes.py)."""
+
+    turns: int  # model turns
+    tool_calls: int  # calls the model made, well-formed or not
+    tool_errors: int  # malformed calls and calls the environment answered with an error
+    model_tokens: int  # response tokens the model sampled
+    env_tokens: int  # response tokens the environment inserted
+    env_reward: float  # the environment's last reward
+    failure: str | None = None  # "kind: message" when the environment failed the sample (it trains nothing)
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields and `failed`, as samples.jsonl shows an episode."""
+        return dataclasses.asdict(self) | {"failed": self.failed}
+
+
 class Segment(NamedTuple):
     """A run of response columns [start, stop) of one source."""
 
@@ -72,9 +93,11 @@ class Rollout:
     # (batch, R) float32 log-probs of the sampled tokens under the weights that sampled them (T applied),
     # 0 where nothing was sampled; kept by `generate(with_log_probs=True)` so the step need not recompute them
     sample_log_probs: torch.Tensor | None = None
-    # per row, what its episode with an environment did (`generate(env = ...)`, rlgraph/workers/episodes.py):
-    # turns, tool_calls, tool_errors, model_tokens, env_tokens, env_reward, failed, failure; None: one turn
-    episodes: list[dict[str, Any]] | None = None
+    # per row, what its episode with an environment did (`generate(env = ...)`); None: one turn
+    episodes: list[EpisodeSummary] | None = None
+    # seconds the generation of these rows waited on its environment: a row subset keeps its batch's figure,
+    # `concat` adds those of its parts (several generations); 0 for one turn
+    env_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         batch = self.prompts.shape[0]
@@ -125,7 +148,8 @@ class Rollout:
         fields.update({name: [getattr(self, name)[i] for i in rows] for name in LIST_FIELDS})
         log_probs = None if self.sample_log_probs is None else self.sample_log_probs[index]
         episodes = None if self.episodes is None else [self.episodes[i] for i in rows]
-        return Rollout(**fields, pad_token_id=self.pad_token_id, sample_log_probs=log_probs, episodes=episodes)
+        return Rollout(**fields, pad_token_id=self.pad_token_id, sample_log_probs=log_probs, episodes=episodes,
+                       env_seconds=self.env_seconds)
 
     def split(self, k: int) -> list[Rollout]:
         """`k` equal contiguous chunks (one per data-parallel rank)."""
@@ -164,6 +188,7 @@ class Rollout:
             joined.sample_log_probs = response_columns("sample_log_probs", 0)
         if all(p.episodes is not None for p in parts):
             joined.episodes = [e for p in parts for e in p.episodes]
+        joined.env_seconds = sum(p.env_seconds for p in parts)
         return joined
 
     @classmethod
@@ -245,6 +270,8 @@ class Rollout:
         extra["policy_version"] = int(versions[0]) if len(versions) == 1 else self.policy_version
         if self.episodes is not None:
             extra["episodes"] = self.episodes
+        if self.env_seconds:
+            extra["env_seconds"] = self.env_seconds
         return (_unpickle, (self.prompts, prompt_mask, self.responses, self.loss_mask.bool(), self.pad_token_id,
                             lists, self.sample_log_probs, extra))
 
@@ -255,23 +282,26 @@ class Rollout:
     def to_dict(self) -> dict[str, Any]:
         """Tensors and plain python only (safe for `torch.load(weights_only=True)`)."""
         data = {name: getattr(self, name) for name in TENSOR_FIELDS + LIST_FIELDS}
+        episodes = None if self.episodes is None else [dataclasses.asdict(e) for e in self.episodes]
         return data | {"pad_token_id": self.pad_token_id, "sample_log_probs": self.sample_log_probs,
-                       "episodes": self.episodes}
+                       "episodes": episodes, "env_seconds": self.env_seconds}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Rollout:
         names = TENSOR_FIELDS + LIST_FIELDS + ("pad_token_id",)
+        episodes = data.get("episodes")
         return cls(**{name: data[name] for name in names}, sample_log_probs=data.get("sample_log_probs"),
-                   episodes=data.get("episodes"))
+                   episodes=None if episodes is None else [EpisodeSummary(**e) for e in episodes],
+                   env_seconds=data.get("env_seconds", 0.0))
 
 
 def _unpickle(prompts, prompt_mask, responses, loss_mask, pad_token_id, lists, sample_log_probs,
               extra=None) -> Rollout:
     extra = dict(extra or {})
-    episodes = extra.pop("episodes", None)
+    episodes, env_seconds = extra.pop("episodes", None), extra.pop("env_seconds", 0.0)
     rollout = Rollout.build(prompts, prompt_mask, responses, loss_mask, pad_token_id, **extra, **lists)
     rollout.sample_log_probs = sample_log_probs
-    rollout.episodes = episodes
+    rollout.episodes, rollout.env_seconds = episodes, env_seconds
     return rollout
 
 

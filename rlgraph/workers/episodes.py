@@ -24,7 +24,7 @@ import torch
 
 from rlgraph.contract.settings import EnvSettings, GenerateSettings
 from rlgraph.models.sequences import left_pad
-from rlgraph.workers.batch import Rollout, TokenSource
+from rlgraph.workers.batch import EpisodeSummary, Rollout, TokenSource
 from rlgraph.workers.engines import Engine, SamplingParams
 from rlgraph.workers.envs.base import Observation, Turn
 from rlgraph.workers.envs.loading import EnvError, load_env_class
@@ -94,12 +94,12 @@ class _Episode:
         if self.left <= 0:
             self.done = True
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> EpisodeSummary:
         model = sum(1 for s in self.sources if s == TokenSource.MODEL)
-        return {"turns": self.turns, "tool_calls": self.tool_calls, "tool_errors": self.tool_errors,
-                "model_tokens": model, "env_tokens": len(self.ids) - model, "env_reward": self.env_reward,
-                "failed": self.failure is not None,
-                "failure": None if self.failure is None else f"{self.failure.kind}: {self.failure.message}"}
+        return EpisodeSummary(
+            turns=self.turns, tool_calls=self.tool_calls, tool_errors=self.tool_errors, model_tokens=model,
+            env_tokens=len(self.ids) - model, env_reward=self.env_reward,
+            failure=None if self.failure is None else f"{self.failure.kind}: {self.failure.message}")
 
 
 def generate_episodes(
@@ -113,8 +113,9 @@ def generate_episodes(
     policy_version: int = 0,
 ) -> Rollout:
     """`settings.n` episodes per item with the environment `settings.env`; rows of one item adjacent, as
-    `generate_rollout` makes them. The Rollout's `episodes` says what each did; `token_source` marks the
-    environment's tokens, which the loss mask leaves out."""
+    `generate_rollout` makes them. The Rollout's `episodes` says what each did and `env_seconds` how long the
+    batch waited on the environment; `token_source` marks the environment's tokens, which the loss mask
+    leaves out."""
     env = settings.env
     if env is None:
         raise ValueError("generate_episodes needs settings.env")
@@ -141,7 +142,7 @@ def generate_episodes(
                 stop_token_ids=tool_format.stop_token_ids)
             prompts = [list(rows[k]["input_ids"]) + episodes[k].ids for k in running]
             generation = engine.generate(prompts, 1, sampling, seed=next(turn_seeds),
-                                         with_log_probs=settings.keep_log_probs)
+                                         with_log_probs=settings.keep_log_probs, max_sequences=settings.max_sequences)
             turns = []
             for i, k in enumerate(running):
                 episode = episodes[k]
@@ -169,8 +170,7 @@ def generate_episodes(
     _check_failures(episodes, env)
     rollout = _as_rollout(items, n, episodes, tokenizer, engine.pad_token_id, stop_ids, settings,
                           uid_offset=uid_offset, policy_version=policy_version)
-    for summary in rollout.episodes:
-        summary["env_seconds"] = env_seconds / max(len(episodes), 1)  # the batch's wait, per sample
+    rollout.env_seconds = env_seconds
     return rollout
 
 

@@ -121,7 +121,7 @@ class RuleReward:
         valid[invalid] = False
         numbers = [0.0 if isinstance(v, str) else v for v in values]
         if rollout.episodes is not None:  # a sample whose environment failed gets no reward (and no loss)
-            numbers = [0.0 if episode["failed"] else v for v, episode in zip(numbers, rollout.episodes)]
+            numbers = [0.0 if episode.failed else v for v, episode in zip(numbers, rollout.episodes)]
         token_level_scores = torch.zeros(rollout.responses.shape, dtype=torch.float32)  # (batch, R)
         token_level_scores[torch.arange(len(rollout)), rollout.reward_index.cpu()] = torch.tensor(numbers)
         means = {key: sum(extra) / len(extra) for key, extra in extras.items()}

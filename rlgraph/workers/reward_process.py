@@ -363,21 +363,9 @@ class RewardProcess:
 
     def _died(self) -> None:
         row, _ = _SLOT.unpack_from(self.slot, 0)
-        try:
-            code = self.proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:  # closed its end of the connection but lives on
-            self.proc.kill()
-            code = self.proc.wait()
+        code = exit_code(self.proc)
         self.close()
-        if code < 0:
-            try:
-                how = f"was killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"was killed by signal {-code}"
-            if code == -signal.SIGKILL:
-                how += " (out of memory?)"
-        else:
-            how = f"exited with code {code}"
+        how = describe_exit(code) + (" (out of memory?)" if code == -signal.SIGKILL else "")
         what = f"the process of reward function {self.name} {how}"
         if row == _LOADING:
             raise RewardProcessError(f"{what} while loading it", None)
@@ -463,3 +451,22 @@ def stop_child(proc: subprocess.Popen, conn: Connection) -> None:
     except subprocess.TimeoutExpired:  # busy in the user's code
         proc.kill()
         proc.wait()
+
+
+def exit_code(proc: subprocess.Popen) -> int:
+    """The exit code of a child that closed its connection; one that still lives after 5 s is killed."""
+    try:
+        return proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def describe_exit(code: int) -> str:
+    """How a child ended, as its parent's messages say it: "exited with code 3", "was killed by signal SIGKILL"."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        return f"was killed by signal {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"

@@ -7,6 +7,7 @@ import dataclasses
 
 import torch
 
+from rlgraph.workers.batch import EpisodeSummary
 from tests.runtime.helpers import make_reward_model
 from tests.workers.helpers import forward_settings, generate_settings, ref_settings, reward_model_settings
 
@@ -44,9 +45,9 @@ def test_scores_sit_on_the_last_response_token_and_match_the_classifier(arith_gp
     moved_scores = worker.score(moved, settings=forward_settings(micro_batch=3))
     assert torch.equal(moved_scores[:, 0], scores[torch.arange(len(rollout)), last])
     # a sample whose environment failed (rlgraph/workers/episodes.py) scores 0, as a rule reward gives it
-    episode = {"turns": 1, "tool_calls": 0, "tool_errors": 0, "model_tokens": 1, "env_tokens": 0, "env_reward": 0.0,
-               "failed": False, "failure": None}
-    failed = dataclasses.replace(rollout, episodes=[dict(episode, failed=row == 1) for row in range(len(rollout))])
+    episodes = [EpisodeSummary(turns=1, tool_calls=0, tool_errors=0, model_tokens=1, env_tokens=0, env_reward=0.0,
+                               failure="raised: boom" if row == 1 else None) for row in range(len(rollout))]
+    failed = dataclasses.replace(rollout, episodes=episodes)
     failed_scores = worker.score(failed, settings=forward_settings(micro_batch=3))
     assert failed_scores[1].abs().sum() == 0 and scores[1, last[1]] != 0
     assert torch.equal(failed_scores[0], scores[0]) and torch.equal(failed_scores[2:], scores[2:])

@@ -99,8 +99,18 @@ def test_a_plan_without_envs_shows_no_environment_section(tmp_path):
 
 
 def test_a_plan_with_errors_in_its_env_still_renders(tmp_path):
-    plan, diagnostics, _ = _plan(tmp_path, env="env calc { max_turns = 0 }")
-    assert sorted(d.code for d in diagnostics) == ["env-budget", "missing-key", "wrong-type"]
+    plan, diagnostics, _ = _plan(tmp_path, env="env calc { max_turns = 2 }")
+    assert sorted(d.code for d in diagnostics) == ["env-budget", "missing-key"]
     text = render_text(plan, color=False, width=200)
-    assert "env calc  —" in text and "up to 4 turns" in text  # the default stands in for the wrong value
+    assert "env calc  —" in text and "up to 2 turns" in text  # no class (reported): the rest is shown
     assert 'data-env="calc"' in render_html(plan)
+
+
+def test_an_env_with_a_wrong_value_shows_no_settings_the_spec_did_not_write(tmp_path):
+    plan, diagnostics, _ = _plan(tmp_path, env=CALC.replace("max_turns = 3", "max_turns = 0"))
+    assert [d.code for d in diagnostics] == ["wrong-type"]
+    # the default (4 turns) in place of the wrong 0 would be a setting nobody wrote: the env has none
+    assert plan.envs == {} and plan.call("rollout.generate").settings is None
+    text = render_text(plan, color=False, width=200)
+    assert "turns" not in text and "Environments" not in text
+    assert "up to 4 turns" not in render_html(plan)

@@ -6,7 +6,7 @@ import pytest
 
 from rlgraph.cli import main
 
-from .helpers import REPO
+from .helpers import REPO, spec
 
 BROKEN = sorted(REPO.glob("tests/**/golden/*.rl"))
 
@@ -42,3 +42,15 @@ step {
             assert main(["plan", str(path), "--format", fmt]) == 1
             out = capsys.readouterr()
             assert out.out.strip() and "error[" in out.err
+
+
+def test_a_reward_with_a_wrong_value_is_reported_not_raised(tmp_path, capsys):
+    path = tmp_path / "spec.rl"
+    roles = ("pool main { nodes = 1  devices_per_node = 1 }\nrole actor { model = policy  pool = main }\n"
+             "role rollout { colocate = actor  n = 4 }")
+    path.write_text(spec(roles).replace('exact_match" }', 'exact_match"  timeout_s = "x" }'))
+    assert main(["check", str(path)]) == 1
+    assert "error[wrong-type]: wrong value for `timeout_s`" in capsys.readouterr().out
+    for fmt in ("text", "json"):
+        assert main(["plan", str(path), "--format", fmt]) == 1
+        assert "error[wrong-type]" in capsys.readouterr().err

@@ -88,6 +88,7 @@ def test_failed_episodes_are_counted_and_a_run_past_the_threshold_stops_cleanly(
     for record in records:
         assert record["env/failed"] == 2 and record["env/failed_fraction"] == 0.25
         assert record["num_turns/max"] == 2 and record["response_length/env_tokens_mean"] > 0
+        assert record["timing_s/env"] > 0  # the batch's wait on its environment processes
     last = ckpt.latest_checkpoint(out)
     assert last is not None and last.step == 2
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]

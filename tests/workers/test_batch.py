@@ -4,7 +4,8 @@ import pickle
 import pytest
 import torch
 
-from rlgraph.workers.batch import LIST_FIELDS, TENSOR_FIELDS, Rollout, Segment, TokenSource, position_ids_from_mask
+from rlgraph.workers.batch import (LIST_FIELDS, TENSOR_FIELDS, EpisodeSummary, Rollout, Segment, TokenSource,
+                                   position_ids_from_mask)
 
 
 def make_rollout(prompt_lens=(2, 3, 1, 3), response_lens=(2, 4, 1, 3), pad=0) -> Rollout:
@@ -236,3 +237,27 @@ def test_a_multi_turn_batch_still_fits_inline_in_ray():
     halves = (single.prompts, single.attention_mask[:, :3].bool(), single.responses, single.loss_mask.bool())
     lists = {name: getattr(single, name) for name in LIST_FIELDS}
     assert len(pickle.dumps(single)) < len(pickle.dumps((halves, lists))) + 200
+
+
+def test_episodes_and_the_environment_wait_travel_with_the_rows():
+    """What each row's episode did follows its row through select, concat, pickling (Ray) and a weights-only
+    file; the seconds a generation waited on its environment are the batch's, and concat adds them."""
+    rollout = make_multi_turn()
+    rollout.episodes = [EpisodeSummary(turns=2, tool_calls=row, tool_errors=0, model_tokens=4, env_tokens=3,
+                                       env_reward=0.5, failure="raised: KeyError" if row == 1 else None)
+                        for row in range(len(rollout))]
+    rollout.env_seconds = 1.5
+    assert [e.failed for e in rollout.episodes] == [False, True, False, False]
+    assert rollout.episodes[1].to_json()["failed"] is True and rollout.episodes[1].to_json()["tool_calls"] == 1
+    picked = rollout.select([3, 1])
+    assert picked.episodes == [rollout.episodes[3], rollout.episodes[1]] and picked.env_seconds == 1.5
+    joined = Rollout.concat([rollout, picked])
+    assert joined.episodes == rollout.episodes + picked.episodes and joined.env_seconds == 3.0
+    again = pickle.loads(pickle.dumps(rollout))
+    assert again.episodes == rollout.episodes and again.env_seconds == 1.5
+    buffer = io.BytesIO()
+    torch.save(rollout.to_dict(), buffer)
+    buffer.seek(0)
+    loaded = Rollout.from_dict(torch.load(buffer, weights_only=True))
+    assert loaded.episodes == rollout.episodes and loaded.env_seconds == 1.5
+    assert make_rollout().env_seconds == 0.0 and make_rollout().episodes is None  # one turn

@@ -97,7 +97,8 @@ def _items(engine, prompts: list[str], faults: list[str | None] | None = None) -
 
 
 def _settings(env: EnvSettings, n: int = 2) -> GenerateSettings:
-    return GenerateSettings(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=12, keep_log_probs=True, env=env)
+    return GenerateSettings(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=12, keep_log_probs=True,
+                            max_sequences=None, env=env)
 
 
 def test_the_ids_trained_on_are_the_ids_generated_and_the_replies_sit_out_of_the_loss(tiny_model_dir,
@@ -129,8 +130,8 @@ def test_the_ids_trained_on_are_the_ids_generated_and_the_replies_sit_out_of_the
             ids = rollout.responses[row][: segments[-1].stop].tolist()
             assert engine.tokenizer.encode(engine.tokenizer.decode(ids), add_special_tokens=False) != ids
     assert any(len(rollout.segments(row)) == 3 for row in range(len(rollout)))
-    assert rollout.episodes is not None and all(not e["failed"] for e in rollout.episodes)
-    assert all(e["env_tokens"] == int((rollout.token_source[i] == TokenSource.ENV).sum())
+    assert rollout.episodes is not None and all(not e.failed for e in rollout.episodes)
+    assert all(e.env_tokens == int((rollout.token_source[i] == TokenSource.ENV).sum())
                for i, e in enumerate(rollout.episodes))
 
 
@@ -143,9 +144,10 @@ def test_a_misbehaving_environment_fails_its_own_sample_only(tiny_model_dir, env
                                     _settings(env_settings(workers=5), n=1), pools, seed=1)
     finally:
         pools.close()
-    kinds = [e["failure"].split(":")[0] if e["failed"] else None for e in rollout.episodes]
+    kinds = [e.failure.split(":")[0] if e.failed else None for e in rollout.episodes]
     assert kinds == [None, "raised", "timeout", "garbage", "died"]
-    assert "KeyError" in rollout.episodes[1]["failure"] and "code 7" in rollout.episodes[4]["failure"]
+    assert "KeyError" in rollout.episodes[1].failure and "code 7" in rollout.episodes[4].failure
+    assert rollout.env_seconds >= 1.0  # the batch waited for the hung environment until its timeout_s
     for row in range(1, 5):  # a failed sample trains nothing
         assert rollout.loss_mask[row].sum() == 0
     assert rollout.loss_mask[0].sum() > 0

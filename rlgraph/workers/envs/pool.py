@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlgraph.workers.envs.base import Observation, Turn
 from rlgraph.workers.envs.loading import EnvError, load_env_class
-from rlgraph.workers.reward_process import as_score, become_child, shown, stop_child
+from rlgraph.workers.reward_process import as_score, become_child, describe_exit, exit_code, shown, stop_child
 
 if TYPE_CHECKING:
     from rlgraph.contract.settings import EnvSettings
@@ -162,7 +162,7 @@ class EnvPool:
         try:
             kind, message = process.conn.recv()
         except (EOFError, OSError):
-            how = _how_it_ended(process.proc)
+            how = describe_exit(exit_code(process.proc))
             self.close(kill=True)
             raise EnvError(f"{self.label}: its process {how} while importing the class") from None
         if kind == "error":
@@ -220,7 +220,7 @@ class EnvPool:
         """The process hung (it is killed) or ended: fail what it owes, and what it hosts at its next call."""
         if hung:
             process.proc.kill()
-        how = _how_it_ended(process.proc)
+        how = describe_exit(exit_code(process.proc))
         process.stop()
         process.proc = None
         _, first, call = process.pending[0] if process.pending else (None, None, None)
@@ -268,20 +268,6 @@ class _Process:
 
 def _call_name(op: str, payload: Any) -> str:
     return f"step of turn {getattr(payload, 'index', '?')}" if op == "step" else op
-
-
-def _how_it_ended(proc: subprocess.Popen) -> str:
-    try:
-        code = proc.wait(timeout=5.0)
-    except subprocess.TimeoutExpired:  # closed its end of the connection but lives on
-        proc.kill()
-        code = proc.wait()
-    if code >= 0:
-        return f"exited with code {code}"
-    try:
-        return f"was killed by signal {signal.Signals(-code).name}"
-    except ValueError:
-        return f"was killed by signal {-code}"
 
 
 # --- the child process -------------------------------------------------------------------------------
