@@ -107,11 +107,11 @@ def phases_worker(spec: str) -> dict[str, Any]:
             # what loading costs does not depend on the settings' values: the schema's defaults
             optim = s.OptimSettings(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0)
             path = resolve_model_path(model)
-            self.workers = [PolicyWorker(path, s.ActorSettings("float32", "ddp", None, None, 0.0, optim, False, None, False, False), seed=0)]
+            self.workers = [PolicyWorker(path, s.ActorSettings("float32", "ddp", None, None, 0.0, optim, False, None, False, False, False), seed=0)]
             if ref:
-                self.workers.append(PolicyWorker(path, s.RefSettings("float32", "ddp", None, None, False), seed=1000))
+                self.workers.append(PolicyWorker(path, s.RefSettings("float32", "ddp", None, None, False, False), seed=1000))
             if critic:
-                self.workers.append(CriticWorker(path, s.CriticSettings("float32", "ddp", None, None, "value", optim, False, False, False), seed=2000))
+                self.workers.append(CriticWorker(path, s.CriticSettings("float32", "ddp", None, None, "value", optim, False, False, False, False), seed=2000))
             return time.perf_counter() - start
 
     try:

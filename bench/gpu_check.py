@@ -2,6 +2,8 @@
 
     python bench/gpu_check.py                              # a GPU: Qwen2.5-0.5B's shape, random weights
     python bench/gpu_check.py --device cpu --shape tiny    # the same checks on a CPU (tests/bench runs this)
+    python bench/gpu_check.py --device cpu --dtype float32 --workload 4,2,128,128,4 \
+        --checks generate,log_prob,update,plan_vs_measured  # the real shape's memory on a CPU (docs/benchmarks.md)
 
 It runs the workers as the runtime's processes do (PolicyWorker, RolloutWorker, the weight-sync buckets, a
 one-rank torch.distributed group for fsdp), on a random-init model of a real shape saved to a temporary
@@ -10,8 +12,8 @@ folder, with a word-level tokenizer of the model's full vocabulary (no download)
 - outputs on CPU: what generate, log_prob and the weight sync hand back has only CPU tensors
 - mixed precision: bf16 actor -> fp32 params, grads and AdamW state; bf16 compute; params move after one
   update at lr 1e-6; fp16 on a trained role refused
-- memory: peak of generate, log_prob and update (CUDA allocator) beside the plan's estimate for the same
-  shapes (the plan needs lark; without it that column says so)
+- memory: peak of generate, log_prob and update (the CUDA allocator's; on a CPU the resident set's) beside
+  the plan's estimate for the same shapes (the plan needs lark; without it that column says so)
 - kept vs recomputed log-probs (max |diff| on the loss mask, the PPO ratio's first mean)
 - gradient checkpointing engaged (block forwards per micro-batch, peak with and without)
 - fsdp on a one-rank group (nccl on a GPU, gloo on a CPU): update, generate, full state dict, save and reload
@@ -57,18 +59,22 @@ SHAPES = {
 # (prompts, samples per prompt, prompt tokens, response tokens, micro-batch) per shape
 WORKLOADS = {"qwen2.5-0.5b": (16, 4, 256, 256, 8), "tiny": (2, 2, 8, 8, 2)}
 H200_BF16_DENSE_TFLOPS = 989.0
+SPEC_DTYPES = {"bfloat16": "bf16", "float32": "fp32"}
 
 
 # --- what the checks share ---------------------------------------------------------------------------
 
 
 class Report:
-    def __init__(self) -> None:
+    def __init__(self, only: list[str] | None = None) -> None:
         self.results: dict[str, Any] = {}
         self.failed: list[str] = []
+        self.only = only
 
     def check(self, name: str) -> Callable:
         def run(fn: Callable[[], dict[str, Any]]) -> None:
+            if self.only is not None and name not in self.only:
+                return
             try:
                 figures = fn() or {}
                 self.results[name] = {"ok": True, **figures}
@@ -93,7 +99,13 @@ def expect(condition: bool, message: str) -> None:
 
 
 class Peak:
-    """Peak CUDA memory of a block, in GiB (None on a CPU: the caching allocator is CUDA's)."""
+    """Peak memory of a block, in GiB: on a GPU the CUDA allocator's high-water mark; on a CPU (Linux) the
+    process's resident-set high-water mark during the block (reset through /proc/self/clear_refs) minus the
+    resident set before the model was built (`Peak.baseline`), the nearest CPU figure to what the allocator
+    counts. Run CPU measurements with glibc told to hand freed tensors back (main() sets it), or freed memory
+    stays in the resident set and the figure only grows."""
+
+    baseline: int | None = None  # bytes resident before any model existed (set by main on a CPU)
 
     def __init__(self, device: torch.device) -> None:
         self.device, self.gib = device, None
@@ -102,6 +114,9 @@ class Peak:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
+        elif Peak.baseline is not None:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # reset the high-water mark to the current resident set
         self.start = time.perf_counter()
         return self
 
@@ -109,7 +124,26 @@ class Peak:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             self.gib = torch.cuda.max_memory_allocated(self.device) / 2**30
+        elif Peak.baseline is not None:
+            self.gib = (_status_bytes("VmHWM") - Peak.baseline) / 2**30
         self.seconds = time.perf_counter() - self.start
+
+
+def _status_bytes(key: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
+
+
+def _return_freed_memory() -> None:
+    """glibc: serve every allocation over 128 KiB by mmap and trim the heap, so a freed tensor leaves the
+    resident set and a later peak is not hidden by memory kept for reuse (bench/calibrate_memory.py does the
+    same through the environment)."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+    libc.mallopt(M_TRIM_THRESHOLD, 128 * 1024)
 
 
 def host_peak_gib() -> float:
@@ -142,7 +176,7 @@ def actor_settings(dtype: str, micro: int, *, strategy: str = "ddp", checkpointi
     return s.ActorSettings(dtype=dtype, strategy=strategy, micro_batch=micro, micro_batch_tokens=None,
                            entropy_coeff=0.0, optim=optim(),
                            gradient_checkpointing=checkpointing, lora=None, param_offload=False,
-                           optimizer_offload=False)
+                           optimizer_offload=False, remove_padding=False)
 
 
 def update_settings(micro: int) -> s.ActorUpdateSettings:
@@ -154,7 +188,8 @@ def update_settings(micro: int) -> s.ActorUpdateSettings:
 
 
 def generate_settings(n: int, response: int, keep: bool = True) -> s.GenerateSettings:
-    return s.GenerateSettings(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=response, keep_log_probs=keep, env=None)
+    return s.GenerateSettings(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=response, keep_log_probs=keep,
+                              max_sequences=None, env=None)
 
 
 def prompts(count: int, length: int, vocab: int) -> list[dict[str, Any]]:
@@ -199,23 +234,19 @@ def one_rank_group(backend: str):
         dist.destroy_process_group()
 
 
-def plan_estimate(shape: str, params: int, device_gib: float, prompts_n: int, n: int, prompt_len: int, response: int,
+def plan_estimate(folder: Path, dtype: str, device_gib: float, prompts_n: int, n: int, prompt_len: int, response: int,
                   micro: int) -> dict[str, Any]:
-    """The plan's per-device memory for the same model and batch: one actor with its hybrid rollout."""
+    """The plan's per-device memory for the same model (its config.json) and batch: one actor with its hybrid
+    rollout."""
     try:
         from rlgraph.compiler import compile_spec
         from rlgraph.plan.build import plan_spec
     except ImportError as err:  # the GPU image has no lark: carry its wheel to get this column
         return {"plan": f"not estimated ({err})"}
-    cfg = SHAPES[shape]
     text = f"""rlgraph 1
-model policy {{
-  path = "rlgraph/gpu-check"  params = {params}
-  layers = {cfg['num_hidden_layers']}  hidden = {cfg['hidden_size']}  heads = {cfg['num_attention_heads']}
-  kv_heads = {cfg['num_key_value_heads']}  vocab = {cfg['vocab_size']}
-}}
+model policy {{ path = "{folder}" }}
 pool gpu {{ nodes = 1  devices_per_node = 1  device = gpu  memory = {device_gib:.0f}GiB }}
-role actor {{ model = policy  pool = gpu  dtype = bf16  micro_batch = {micro} }}
+role actor {{ model = policy  pool = gpu  dtype = {SPEC_DTYPES[dtype]}  micro_batch = {micro} }}
 role rollout {{ colocate = actor  n = {n}  max_new_tokens = {response} }}
 reward exact {{ fn = "rlgraph.tasks.arith:exact_match" }}
 data {{ train = "builtin:arith/train"  batch_size = {prompts_n}  max_prompt_length = {prompt_len} }}
@@ -250,6 +281,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS,
                         help="the device's dense bf16 peak, for model FLOPs utilisation (default: H200)")
     parser.add_argument("--out", type=Path, help="write every figure here as JSON")
+    parser.add_argument("--workload", help="PROMPTS,N,PROMPT_TOKENS,RESPONSE_TOKENS,MICRO_BATCH instead of the "
+                        "shape's default (a CPU measurement of the real shape needs a small one)")
+    parser.add_argument("--dtype", choices=sorted(SPEC_DTYPES), default="bfloat16",
+                        help="the trained roles' compute dtype (float32 for a CPU measurement: bf16 matmuls "
+                        "on a CPU without bf16 units take minutes per pass)")
+    parser.add_argument("--checks", help="comma-separated names of the checks to run (default: all; "
+                        "generate, log_prob and update build on each other, in that order)")
     args = parser.parse_args(argv)
 
     from rlgraph.workers import PolicyWorker, RolloutWorker
@@ -259,11 +297,21 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    n_prompts, n, prompt_len, response, micro = WORKLOADS[args.shape]
-    report = Report()
+    elif sys.platform.startswith("linux"):
+        _return_freed_memory()
+    n_prompts, n, prompt_len, response, micro = (
+        tuple(int(x) for x in args.workload.split(",")) if args.workload else WORKLOADS[args.shape])
+    # mixed_precision builds the actor that the later checks use: it always runs
+    report = Report(["mixed_precision", *args.checks.split(",")] if args.checks else None)
     tmp = tempfile.TemporaryDirectory()
     folder = Path(tmp.name) / "model"
     params = build_model(folder, args.shape)
+    if device.type == "cpu" and sys.platform.startswith("linux"):
+        # after build_model: the libraries it imported are loaded and its model is freed (a library is not a peak)
+        import gc
+
+        gc.collect()
+        Peak.baseline = _status_bytes("VmRSS")
     vocab = SHAPES[args.shape]["vocab_size"]
     items = prompts(n_prompts, prompt_len, vocab)
     info = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -275,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
 
     @report.check("mixed_precision")
     def _() -> dict[str, Any]:
-        actor = PolicyWorker(str(folder), actor_settings("bfloat16", micro), seed=0, device=device)
+        actor = PolicyWorker(str(folder), actor_settings(args.dtype, micro), seed=0, device=device)
         state["actor"] = actor
         dtypes = {p.dtype for p in actor.module.parameters()}
         expect(dtypes == {torch.float32}, f"bf16 actor params are {dtypes}, not fp32 master weights")
@@ -324,12 +372,18 @@ def main(argv: list[str] | None = None) -> int:
         expect(grad_dtypes == {torch.float32}, f"gradients are {grad_dtypes}")
         expect(adam == {torch.float32}, f"AdamW state is {adam}")
         expect(moved == len(before), f"only {moved} of {len(before)} parameters changed after one step at lr 1e-6")
+        del before  # a whole copy of the parameters: not part of the next peak
+        # the plan's estimate is the steady state: AdamW's state exists from the first optimizer step on, so
+        # the second update is the one that peaks as every later step will
+        with Peak(device) as steady:
+            actor.update(rollout, log_prob, advantages, settings=update_settings(micro), shuffle_seed=1)
         tokens = int(rollout.attention_mask.sum())
         flops = 6 * params * tokens  # forward + backward of every token the update reads
-        return {"peak_gib": peak.gib, "seconds": peak.seconds, "tokens_per_s": tokens / peak.seconds,
+        return {"peak_gib": peak.gib, "steady_peak_gib": steady.gib, "seconds": peak.seconds,
+                "tokens_per_s": tokens / peak.seconds,
                 "mfu": flops / peak.seconds / (args.peak_tflops * 1e12) if device.type == "cuda" else None,
                 "grad_dtypes": sorted(str(d) for d in grad_dtypes), "adam_dtypes": sorted(str(d) for d in adam),
-                "params_changed": f"{moved}/{len(before)}", "grad_norm": metrics.get("actor/grad_norm")}
+                "params_changed": f"{moved}/{len(hooks)}", "grad_norm": metrics.get("actor/grad_norm")}
 
     @report.check("fp16_refused")
     def _() -> dict[str, Any]:
@@ -345,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         advantages = torch.ones(rollout.responses.shape)
         peaks, calls = {}, {}
         for on in (False, True):
-            actor = PolicyWorker(str(folder), actor_settings("bfloat16", micro, checkpointing=on), seed=0,
+            actor = PolicyWorker(str(folder), actor_settings(args.dtype, micro, checkpointing=on), seed=0,
                                  device=device)
             # a pre-hook on a part of the block: a recomputation calls the block's forward, not its hooks, and
             # stops as soon as it has what backward needs (a post-hook may never run)
@@ -366,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         actor = state["actor"]
         rollout_worker = RolloutWorker(str(folder), s.RolloutSettings(
             engine="hf", n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=response, tp=1,
-            memory_fraction=0.5, dtype="bfloat16", val=s.ValSettings(n=1, temperature=0.0, top_p=1.0, top_k=0)),
+            memory_fraction=0.5, max_sequences=None, dtype=args.dtype, val=s.ValSettings(n=1, temperature=0.0, top_p=1.0, top_k=0)),
             seed=0, device=str(device))
         host_before = host_peak_gib()
         start = time.perf_counter()
@@ -395,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         backend = "nccl" if device.type == "cuda" else "gloo"
         rollout = state["rollout"]
         with one_rank_group(backend):
-            actor = PolicyWorker(str(folder), actor_settings("bfloat16", micro, strategy="fsdp"), seed=0,
+            actor = PolicyWorker(str(folder), actor_settings(args.dtype, micro, strategy="fsdp"), seed=0,
                                  device=device)
             actor.shard()  # one rank: the runtime would not shard, the check does, to run the sharded code
             sharded = [p for p in actor.module.parameters() if hasattr(p, "full_tensor")]
@@ -411,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
             expect(on_cpu(full) and len(full) > 0, "the full state dict is empty or not on the CPU")
             saved = Path(tmp.name) / "saved"
             actor.save(saved)
-        reloaded = PolicyWorker(str(saved), actor_settings("bfloat16", micro), seed=0, device="cpu")
+        reloaded = PolicyWorker(str(saved), actor_settings(args.dtype, micro), seed=0, device="cpu")
         mine = reloaded.module.state_dict()
         for name, tensor in full.items():
             expect(torch.equal(mine[name].cpu(), tensor.cpu()), f"{name} differs after save and reload")
@@ -422,9 +476,12 @@ def main(argv: list[str] | None = None) -> int:
     def _() -> dict[str, Any]:
         device_gib = (torch.cuda.get_device_properties(device).total_memory / 2**30 if device.type == "cuda"
                       else 80.0)
-        estimate = plan_estimate(args.shape, params, device_gib, n_prompts, n, prompt_len, response, micro)
+        estimate = plan_estimate(folder, args.dtype, device_gib, n_prompts, n, prompt_len, response, micro)
         measured = {k: report.results.get(k, {}).get("peak_gib") for k in ("generate", "log_prob", "update")}
-        return {**estimate, "measured_peak_gib": measured}
+        steady = report.results.get("update", {}).get("steady_peak_gib")
+        ratio = estimate["plan_gib"] / steady if steady and "plan_gib" in estimate else None
+        return {**estimate, "measured_peak_gib": measured, "measured_steady_update_gib": steady,
+                "plan_over_measured": ratio}
 
     tmp.cleanup()
     info["ray_imported"] = "ray" in sys.modules  # the GPU machine has no Ray: nothing here may need it

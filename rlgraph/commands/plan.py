@@ -84,7 +84,8 @@ def fit_command(file: str, output: str | None = None) -> int:
         fixed.add(pool)
         changes = verified_changes(compilation.program, pool, fit_test(compilation.program))
         if not changes:
-            sys.stderr.write(render_full([d for d in diagnostics if d.code == "out-of-memory"], compilation.sources))
+            over = [d for d in diagnostics if d.code in ("out-of-memory", "memory-at-full-length")]
+            sys.stderr.write(render_full(over, compilation.sources))
             sys.stderr.write(f"no change that rlgraph knows makes pool `{pool}` fit: no fitting spec was written\n")
             return 1
         for change in changes:  # smallest first; one that the whole compiler accepts

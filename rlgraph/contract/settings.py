@@ -52,6 +52,7 @@ class ActorSettings:
     lora: LoraSettings | None  # None: full fine-tuning (the spec's rank 0)
     param_offload: bool  # fsdp: parameters, gradients and AdamW state on the host (FSDP2's CPUOffloadPolicy)
     optimizer_offload: bool  # AdamW state on the host between optimizer steps
+    remove_padding: bool  # pack each pass's rows without their padding (workers/packing.py; verl: use_remove_padding)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class CriticSettings:
     gradient_checkpointing: bool
     param_offload: bool
     optimizer_offload: bool
+    remove_padding: bool
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class RefSettings:
     micro_batch: int | None
     micro_batch_tokens: int | None
     param_offload: bool  # weights on the host, on the device only for a log_prob call (sharded: FSDP2's policy)
+    remove_padding: bool
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class RewardModelSettings:
     micro_batch: int | None
     micro_batch_tokens: int | None
     retokenize: bool  # score the decoded text, tokenized by the reward model's own tokenizer
+    remove_padding: bool
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,7 @@ class RolloutSettings:
     max_new_tokens: int
     tp: int  # devices per replica
     memory_fraction: float
+    max_sequences: int | None  # the most sequences generated at once (vLLM max_num_seqs); None = the engine's own
     dtype: str
     val: ValSettings  # validation sampling, with train.val_samples folded in
 
@@ -143,6 +148,7 @@ class GenerateSettings:
     top_k: int
     max_new_tokens: int
     keep_log_probs: bool  # `-> responses, log_prob`: keep each sampled token's log-prob
+    max_sequences: int | None  # the rollout's: the most sequences one engine call generates at once; None = all
     # `generate(env = NAME)`: episodes of several turns with that environment; max_new_tokens is then the
     # whole response (the model's turns and the environment's replies); None: one turn
     env: EnvSettings | None

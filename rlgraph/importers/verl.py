@@ -35,11 +35,14 @@ _REASONS: tuple[tuple[str, str], ...] = (
                                                   "files; rlgraph's multi-turn rollouts take an `env` block "
                                                   "(docs/environments.md): declare one and call "
                                                   "rollout.generate(env = NAME)"),
-    (r".*\.use_remove_padding", "rlgraph has no packed (padding-free) passes; `micro_batch_tokens` cuts each pass "
-                                "to its longest row"),
+    (r".*\.use_remove_padding", "rlgraph reads padding removal from the models' use_remove_padding "
+                                "(actor_rollout_ref.model, critic.model, reward_model.model): `remove_padding`"),
     (r".*\.ulysses_sequence_parallel_size", "rlgraph has no sequence parallelism"),
     (rf"{AR}\.rollout\.mode", "rlgraph generates each batch synchronously (train.staleness is its asynchronous "
                               "training)"),
+    (rf"{AR}\.rollout\.max_num_batched_tokens", "vLLM's token budget per scheduler step (verl passes it to vLLM "
+                                                "only); rlgraph bounds the sequences generated at once "
+                                                "(max_sequences), not the tokens"),
     (rf"{AR}\.rollout\..*", "an engine option rlgraph does not set"),
     (r".*\.(use_fused_kernels|use_shm|trust_remote_code|external_lib|override_config\..*|use_liger|"
      r"custom_chat_template|tokenizer_path|enable_activation_offload|exclude_modules|lora_adapter_path)",
@@ -446,6 +449,7 @@ class _Importer:
                                                     f"{a}.ppo_micro_batch_size"))
         block.set("gradient_checkpointing", cfg.bool(f"{AR}.model.enable_gradient_checkpointing", True),
                   _source(cfg, f"{AR}.model.enable_gradient_checkpointing"))
+        self._remove_padding(block, f"{AR}.model.use_remove_padding", True)
         self._offload(block, "actor", f"{a}.fsdp_config", self.devices)
         entropy = cfg.float(f"{a}.entropy_coeff", 0)
         block.set("entropy_coeff", entropy, _source(cfg, f"{a}.entropy_coeff"))
@@ -463,6 +467,12 @@ class _Importer:
                 cfg.raw(key)
                 self._note("model:policy", key, "no effect without lora_rank", kind="no effect")
         self.blocks["role:actor"] = block
+
+    def _remove_padding(self, block: _Block, key: str, verl_default: bool) -> None:
+        """verl's use_remove_padding; unset, verl's default where it differs from rlgraph's (false)."""
+        value = self.cfg.bool(key, verl_default)
+        if value or self.cfg.has(key):
+            block.set("remove_padding", value, _source(self.cfg, key))
 
     def _offload(self, block: _Block, home: str, prefix: str, devices: int) -> None:
         cfg = self.cfg
@@ -533,6 +543,7 @@ class _Importer:
         block.set("max_new_tokens", self.response_length, _source(cfg, length_key))
         block.set("memory_fraction", cfg.float(f"{r}.gpu_memory_utilization", 0.5),
                   _source(cfg, f"{r}.gpu_memory_utilization"))
+        self._max_sequences(block, engine)
         block.set("dtype", _Name("bf16"), _source(cfg, f"{r}.dtype", default="default"))
         if cfg.str(f"{r}.dtype", "bfloat16") not in ("bfloat16", "bf16"):
             self._note("rollout", f"{r}.dtype", "imported as bf16", warn=True)
@@ -550,6 +561,21 @@ class _Importer:
             block.nested.append(val)
         self.blocks["role:rollout"] = block
 
+    def _max_sequences(self, block: _Block, engine: str) -> None:
+        """verl hands rollout.max_num_seqs (256) to vLLM as max_num_seqs and to SGLang as max_running_requests;
+        the engine's own engine_kwargs entry wins (verl spreads engine_kwargs last). Its hf rollout reads neither."""
+        cfg, r = self.cfg, f"{AR}.rollout"
+        keys = {"vllm": f"{r}.engine_kwargs.vllm.max_num_seqs",
+                "sglang": f"{r}.engine_kwargs.sglang.max_running_requests"}
+        if engine not in keys:
+            if cfg.has(f"{r}.max_num_seqs"):
+                self._note("rollout", f"{r}.max_num_seqs", "verl's hf rollout does not read it", kind="no effect")
+            return
+        limit = cfg.int(f"{r}.max_num_seqs", 256, minimum=1)
+        if cfg.has(keys[engine]):
+            limit = cfg.int(keys[engine], limit, minimum=1)
+        block.set("max_sequences", limit, _source(cfg, keys[engine], f"{r}.max_num_seqs"))
+
     def _ref(self) -> None:
         cfg, p = self.cfg, f"{AR}.ref"
         block = _Block("role ref")
@@ -566,6 +592,7 @@ class _Importer:
                                 self.devices)
             block.set("micro_batch", micro, _source(cfg, f"{p}.log_prob_micro_batch_size_per_gpu",
                                                     f"{p}.log_prob_micro_batch_size"))
+        self._remove_padding(block, f"{AR}.model.use_remove_padding", True)  # the ref runs the actor's model
         params = cfg.bool(f"{p}.fsdp_config.param_offload", False)
         if params or cfg.has(f"{p}.fsdp_config.param_offload"):
             block.set("param_offload", params, _short(f"{p}.fsdp_config.param_offload"))
@@ -592,6 +619,7 @@ class _Importer:
                                                                 "critic.ppo_micro_batch_size"))
         block.set("gradient_checkpointing", cfg.bool("critic.model.enable_gradient_checkpointing", True),
                   _source(cfg, "critic.model.enable_gradient_checkpointing"))
+        self._remove_padding(block, "critic.model.use_remove_padding", False)
         self._offload(block, "critic", "critic.model.fsdp_config", devices)
         block.nested.append(self._optim("critic.optim", 1e-5, "critic.grad_clip"))
         self.critic_devices = devices
@@ -616,6 +644,7 @@ class _Importer:
                 block.set("micro_batch", self._micro(block, "reward_model.micro_batch_size_per_gpu",
                                                      "reward_model.micro_batch_size", devices),
                           _source(cfg, "reward_model.micro_batch_size_per_gpu", "reward_model.micro_batch_size"))
+            self._remove_padding(block, "reward_model.model.use_remove_padding", False)
             self.blocks["role:rm"] = block
             for key in cfg.given("custom_reward_function.path", "custom_reward_function.name"):
                 cfg.raw(key)

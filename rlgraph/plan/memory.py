@@ -28,7 +28,11 @@ docs/memory.md writes out every formula; in short, per device:
   forward's activations and logits; a colocated engine's memory while it generates.
   Calls on a device run one at a time: its peak is resident + the largest call.
 - an out-of-memory names the biggest cause first and only changes verified to fit
-  (memory_advice.py).
+  (memory_advice.py). When only the working memory of rows at full length is over
+  (the activations and logits of micro-batches counted in rows), a worst case that
+  real, shorter rows stay under, it is a warning with the longest row that fits. An
+  hf engine's KV cache is not such a case: it grows to the longest of all the rows
+  it generates together, and one of hundreds reaching max_new_tokens is common.
 - offload (`offloaded_items`): what a role keeps in host memory leaves its
   device's estimate and is listed in the row's `host` instead.
 
@@ -42,13 +46,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlgraph.compiler.topology import model_of, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.diagnostics.codes import CODES
-from rlgraph.plan.memory_activations import Pass, activation_bytes
+from rlgraph.plan.memory_activations import Pass, activation_bytes, backward_peak
 from rlgraph.plan.memory_advice import first_cause, verified_fixes
 from rlgraph.plan.memory_engine import PAGED_ENGINES, EngineBudget, kv_bytes_per_token
 from rlgraph.plan.model import MemoryRow, Placement, PoolPlan, RolePlan
@@ -92,6 +96,7 @@ class ModelShape:
     head_dim: int | None = None
     vocab: int | None = None
     intermediate: int | None = None  # the MLP's inner size (config.json), for the LoRA adapters' size
+    tied: bool = False  # embeddings tied to the LM head (config.json's tie_word_embeddings)
     source: str = "spec"  # where the numbers came from: spec | config.json | builtin
 
     @property
@@ -153,6 +158,7 @@ def model_shape(model: Decl, base: Path) -> ModelShape:
         head_dim=head_dim,
         vocab=model.get("vocab") or cfg.get("vocab_size"),
         intermediate=cfg.get("intermediate_size"),
+        tied=bool(cfg.get("tie_word_embeddings", False)),
         source=source if not model.is_set("params") else "spec",
     )
 
@@ -241,10 +247,17 @@ class StepShape:
     prompt: int  # max_prompt_length
     response: int  # max_new_tokens of that call's rollout
     calls: dict[str, list[tuple[str, dict]]]  # role name -> [(method, the call's own arguments)]
+    # the longest row of a micro-batch counted in rows, when shorter than the full length (the worst case)
+    longest: int | None = None
 
     @property
     def length(self) -> int:
         return self.prompt + self.response
+
+    @property
+    def row_length(self) -> int:
+        """Tokens of a micro-batch's longest row: the working memory that grows with the rows' lengths."""
+        return min(self.longest, self.length) if self.longest else self.length
 
 
 def step_shape(program: Program) -> StepShape:
@@ -279,15 +292,17 @@ def intermediate_size(shape: ModelShape) -> int | None:
 
 
 def micro_pass(step: StepShape, role: Decl, kwargs: dict, samples: int) -> Pass:
-    """The largest micro-batch of a call that gets `samples` sequences on each device."""
-    length = step.length
+    """The largest micro-batch of a call that gets `samples` sequences on each device.
+
+    A token budget bounds the pass whatever the rows' lengths (rows of full length); a micro-batch counted in
+    rows holds rows of `step.row_length` tokens (full length unless the verdict asks at a shorter one)."""
     budget = kwargs.get("micro_batch_tokens") or role.get("micro_batch_tokens")
     micro = kwargs.get("micro_batch") or role.get("micro_batch")
     if budget:
-        rows = max(1, budget // max(length, 1))
-    else:
-        rows = micro or samples
-    return Pass(rows=max(1, min(rows, samples)), length=length, scored=step.response)
+        rows = max(1, budget // max(step.length, 1))
+        return Pass(rows=max(1, min(rows, samples)), length=step.length, scored=step.response)
+    length = step.row_length
+    return Pass(rows=max(1, min(micro or samples, samples)), length=length, scored=min(step.response, length))
 
 
 FORWARD_METHODS = ("log_prob", "values", "score")
@@ -295,13 +310,16 @@ VALUE_HEADS = ("critic", "reward_model")  # one score per position: no vocabular
 
 
 def _call_phases(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | None, step: StepShape,
-                 dtype_bytes: int) -> dict[str, dict[str, int]]:
-    """Activations and logits of each of the role's calls, by call (`actor.update`, `ref.log_prob`, ...)."""
+                 dtype_bytes: int) -> tuple[dict[str, dict[str, int]], set[str]]:
+    """Activations and logits of each of the role's calls, by call (`actor.update`, `ref.log_prob`, ...); and the
+    updates whose mini-batch takes several micro-batches (gradients accumulate: the second one's backward starts
+    with the first one's gradients)."""
     inter = intermediate_size(shape) if shape is not None else None
     if shape is None or None in (shape.layers, shape.hidden, inter) or not step.batch or not step.length:
-        return {}
+        return {}, set()
     share = _ceil_div(step.batch * step.n, max(plan.replicas, 1))  # samples on each device
-    phases = {}
+    kv = shape.kv_heads * shape.head_dim if shape.kv_heads and shape.head_dim else None
+    phases, accumulated = {}, set()
     for method, kwargs in step.calls.get(role.name, []):
         backward = method == "update"
         if not backward and method not in FORWARD_METHODS:
@@ -310,12 +328,15 @@ def _call_phases(program: Program, role: Decl, plan: RolePlan, shape: ModelShape
         minibatch = kwargs.get("minibatch")
         if backward and minibatch:
             samples = max(1, _ceil_div(minibatch * step.n, max(plan.replicas, 1)))
-        items = activation_bytes(micro_pass(step, role, kwargs, samples), layers=shape.layers, hidden=shape.hidden,
-                                 intermediate=inter, vocab=shape.vocab, dtype_bytes=dtype_bytes, backward=backward,
+        micro = micro_pass(step, role, kwargs, samples)
+        items = activation_bytes(micro, layers=shape.layers, hidden=shape.hidden, intermediate=inter,
+                                 vocab=shape.vocab, dtype_bytes=dtype_bytes, backward=backward,
                                  checkpointing=bool(role.get("gradient_checkpointing")),
-                                 value_head=role.kind in VALUE_HEADS)
+                                 value_head=role.kind in VALUE_HEADS, kv=kv, heads=shape.heads)
         phases[f"{role.name}.{method}"] = items
-    return phases
+        if backward and (micro.rows < samples or kwargs.get("micro_batch_tokens") or role.get("micro_batch_tokens")):
+            accumulated.add(f"{role.name}.{method}")
+    return phases, accumulated
 
 
 @dataclass
@@ -348,7 +369,7 @@ def role_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | 
         if P is None:
             need.unknown.append("weights")
             return need
-        need.phases = _call_phases(program, role, plan, shape, step, b)
+        need.phases, accumulated = _call_phases(program, role, plan, shape, step, b)
     if role.kind in TRAINED:
         trained = P  # parameters with grads and Adam state
         need.resident["params"] = _ceil_div(P * MASTER_BYTES, shard)
@@ -361,9 +382,14 @@ def role_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | 
         need.resident["optimizer"] = _ceil_div(trained * ADAM_BYTES, shard)
         if b != MASTER_BYTES and shard == 1:
             need.resident["compute_copy"] = P * b  # autocast's bf16 copy of every weight, during each forward
-        # the gradients exist from an update's backward to its optimizer step
-        update = need.phases.setdefault(f"{role.name}.update", {})
-        need.phases[f"{role.name}.update"] = {"grads": _ceil_div(trained * MASTER_BYTES, shard), **update}
+        # the gradients exist from an update's backward to its optimizer step; the backward allocates them as it
+        # frees the activations, the LM head's first (none for adapters or a value head)
+        update = f"{role.name}.update"
+        head = 0 if lora_rank(role) or role.kind == "critic" else (shape.vocab or 0) * (shape.hidden or 0)
+        need.phases[update] = backward_peak(need.phases.get(update, {}),
+                                            grads=_ceil_div(trained * MASTER_BYTES, shard),
+                                            head_grads=_ceil_div(head * MASTER_BYTES, shard),
+                                            accumulated=update in accumulated, tied=bool(head) and shape.tied)
     elif role.kind in FROZEN:
         need.resident["params"] = 0 if shares_actor_base(program, role) else _ceil_div(P * b, shard)
     elif role.kind == "rollout":
@@ -389,17 +415,22 @@ def _rollout_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShap
             need.resident["weights"] = weights
         return
     sequences = _ceil_div((step.batch or 0) * step.n, max(plan.replicas, 1))
+    limit = role.get("max_sequences")
     if role.get("engine", "hf") in PAGED_ENGINES and capacity is not None and weights is not None:
         need.budget = EngineBudget(capacity, role.get("memory_fraction", 0.5), weights,
                                    kv_cache_bytes(shape, prompt_length=step.prompt, new_tokens=step.response,
-                                                  sequences=1, dtype=dtype, tp=plan.tp), step.length, sequences)
+                                                  sequences=1, dtype=dtype, tp=plan.tp), step.length, sequences,
+                                   limit)
         engine = {"weights": weights, "kv_pool": need.budget.kv_pool}  # the whole fraction, whatever the batch
         if shares_devices(program, role):  # released while the trainer runs (wake/sleep, verl's hybrid engine)
             need.phases[generate] = engine
         else:
             need.resident.update(engine)
         return
-    kv = kv_cache_bytes(shape, prompt_length=step.prompt, new_tokens=step.response, sequences=sequences,
+    at_once = min(sequences, limit) if limit else sequences  # hf: the batch in chunks of max_sequences
+    # at full length whatever the verdict asks: HF's cache grows for the whole chunk together until its last
+    # sequence ends, and among hundreds of samples one that runs to max_new_tokens is the common case
+    kv = kv_cache_bytes(shape, prompt_length=step.prompt, new_tokens=step.response, sequences=at_once,
                         dtype=dtype, tp=plan.tp) if step.batch else None
     if weights:
         need.resident["weights"] = weights
@@ -456,9 +487,10 @@ def _engine_diagnostics(program: Program, role: Decl, budget: EngineBudget) -> l
         return []
     waves = budget.waves
     return [Diagnostic("engine-batch", CODES["engine-batch"].severity,
-                       f"{engine} holds {budget.concurrent:,} sequences of {budget.length:,} tokens at once "
+                       f"{engine} holds {budget.pool_holds:,} sequences of {budget.length:,} tokens at once "
                        f"(a KV pool of {format_bytes(budget.kv_pool)}: {share} less "
-                       f"{format_bytes(budget.weights)} of weights); its {budget.sequences:,} samples a step run "
+                       f"{format_bytes(budget.weights)} of weights){budget.limit_note()}; its {budget.sequences:,} "
+                       f"samples a step run "
                        f"in {waves} wave{'s' * (waves != 1)}", where)]
 
 
@@ -466,15 +498,20 @@ def estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan],
              placements: list[Placement]) -> tuple[list[MemoryRow], list[Diagnostic]]:
     """One MemoryRow per device of every pool, and out-of-memory / engine / memory-unknown diagnostics."""
     rows, peaks, diagnostics = _estimate(program, pools, roles, placements)
-    diagnostics += _check_fit(program, pools, rows, peaks, {r.name: r for r in roles})
+
+    def rows_at(longest: int) -> list[MemoryRow]:  # the estimate with a micro-batch's rows at most this long
+        return _estimate(program, pools, roles, placements, longest=longest)[0]
+
+    diagnostics += _check_fit(program, pools, rows, peaks, {r.name: r for r in roles}, rows_at)
     return rows, diagnostics
 
 
-def _estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan], placements: list[Placement]):
+def _estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan], placements: list[Placement],
+              longest: int | None = None):
     diagnostics: list[Diagnostic] = []
     base = Path(program.path).parent
     shapes: dict[str, ModelShape] = {}
-    step = step_shape(program)
+    step = replace(step_shape(program), longest=longest)
     capacity = {p.name: p.device_memory_bytes for p in pools}
     needs: dict[str, RoleNeed] = {}
     host_items: dict[str, tuple[str, ...]] = {}
@@ -542,8 +579,9 @@ def _estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan], pl
 
 
 def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], peaks: dict,
-               roles: dict[str, RolePlan]) -> list[Diagnostic]:
+               roles: dict[str, RolePlan], rows_at: Callable[[int], list[MemoryRow]]) -> list[Diagnostic]:
     out = []
+    length = step_shape(program).length
     for pool in pools:
         capacity = pool.device_memory_bytes
         if capacity is None:
@@ -552,6 +590,13 @@ def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], p
         if not over:
             continue
         worst = max(over, key=lambda r: r.estimated_bytes)
+
+        def holds(longest: int) -> bool:
+            return all(r.estimated_bytes <= capacity for r in rows_at(longest) if r.pool == pool.name)
+
+        if length > 1 and holds(1):  # only the working memory of long rows does not fit: a worst case
+            out.append(_full_length_warning(program, pool, worst, length, _longest_that_fits(holds, length)))
+            continue
         items = sorted(worst.breakdown.items(), key=lambda kv: -kv[1])
         terms = " + ".join(f"{k} {format_bytes(v)}" for k, v in items if v)
         peak, totals = peaks[worst.pool, worst.node, worst.device]
@@ -579,6 +624,39 @@ def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], p
             label=f"{format_bytes(capacity)} < {format_bytes(worst.estimated_bytes)}",
             notes=[(f"`{top_role}` holds the most", role.span)] if role is not None else ()))
     return out
+
+
+def _longest_that_fits(holds: Callable[[int], bool], length: int) -> int:
+    """The longest row (tokens) at which `holds`, by bisection: holds(1) is true, holds(length) false."""
+    low, high = 1, length
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if holds(middle) else (low, middle)
+    return low
+
+
+def _full_length_warning(program: Program, pool: PoolPlan, worst: MemoryRow, length: int, longest: int) -> Diagnostic:
+    """Only the working memory that grows with the rows' lengths does not fit: the micro-batches counted in rows
+    (their activations and logits), at rows of full length. Real rows are mostly
+    shorter (verl runs such launches), so this is a warning, with the length that fits and the fixes that
+    bound the working memory whatever the lengths."""
+    step = step_shape(program)
+    capacity = pool.device_memory_bytes
+    fixes = verified_fixes(program, pool.name, fit_test(program))
+    return warning(
+        "memory-at-full-length",
+        f"with every row at full length ({step.prompt:,} prompt + {step.response:,} response = {length:,} tokens) "
+        f"device {worst.device} of node {worst.node} of pool `{pool.name}` needs an estimated "
+        f"{format_bytes(worst.estimated_bytes)}, over its {format_bytes(capacity)}; it holds micro-batches whose "
+        f"longest row is up to {longest:,} tokens",
+        program.pools[pool.name].span_of("memory"),
+        "per device at full length: " + " + ".join(
+            f"{k} {format_bytes(v)}" for k, v in sorted(worst.breakdown.items(), key=lambda kv: -kv[1]) if v),
+        "the activations and logits of a micro-batch counted in rows grow with the "
+        "rows' lengths; what does not depend on them fits. A token budget (`micro_batch_tokens`, verl's "
+        "use_dynamic_bsz) bounds them whatever the lengths",
+        *(fixes or ["no single change of micro-batch, token budget or checkpointing makes full-length rows fit"]),
+        label=f"rows up to {longest:,} tokens fit")
 
 
 def fit_test(program: Program) -> Callable[[Program, str], bool]:

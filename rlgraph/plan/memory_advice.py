@@ -32,7 +32,10 @@ def first_cause(program: Program, row: MemoryRow, capacity: int, roles: dict[str
     over = f", more than the device's {format_bytes(capacity)}" if total > capacity else ""
     if role is not None and role.kind in TRAINED:
         state = {k: v for k, v in items.items() if k in ("params", "adapters", "grads", "optimizer")}
-        size = sum(state.values())
+        # the gradients exist during the update only; while another call peaks they are as large as the fp32
+        # weights that train (the adapters of a LoRA actor)
+        grads = state.get("grads", state.get("adapters", state.get("params", 0)))
+        size = sum(state.values()) + (grads if "grads" not in state else 0)
         sharded = role.get("strategy", "ddp") == "fsdp" and plan is not None and plan.replicas > 1
         over = f", more than the device's {format_bytes(capacity)}" if size > capacity else ""
         if (role.get("lora") or {}).get("rank"):
@@ -65,6 +68,8 @@ def _candidates(program: Program, pool: str) -> list[Change]:
     out: list[Change] = []
     for role in roles:
         n = role.name
+        if role.kind in TRAINED + ("ref", "reward_model"):
+            out += _token_budgets(program, role)
         if role.kind in TRAINED:
             micro = role.get("micro_batch")
             if micro and micro > 1:
@@ -103,6 +108,22 @@ def _candidates(program: Program, pool: str) -> list[Change]:
         out.append(Change(f"`{grow[0]} = {grow[1]}` on pool `{pool}` ({times} times the devices and replicas)",
                           edits, 6))
     return out
+
+
+def _token_budgets(program: Program, role) -> list[Change]:
+    """Token budgets (verl's use_dynamic_bsz) of a few rows of full length each, largest first: they bound a
+    micro-batch's working memory whatever the rows' lengths. One replaces the role's micro_batch."""
+    from rlgraph.plan.memory import step_shape  # memory.py imports this module
+
+    length = step_shape(program).length
+    budget, micro = role.get("micro_batch_tokens"), role.get("micro_batch")
+    below = budget if budget else length * (micro or 10**6)
+    instead = f"; instead of `micro_batch = {micro}`" if micro and not budget else ""
+    unset = (("role", role.name, "micro_batch", None),) if micro and not budget else ()
+    return [Change(f"`micro_batch_tokens = {rows * length}` on `{role.name}` ({rows} row{'s' * (rows > 1)} of "
+                   f"{length} tokens a pass{instead})",
+                   unset + (("role", role.name, "micro_batch_tokens", rows * length),), 1 if unset else 0)
+            for rows in (64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1) if rows * length < below]
 
 
 def verified_fixes(program: Program, pool: str, fits: Callable[[Program, str], bool]) -> list[str]:

@@ -28,23 +28,25 @@ def role_settings(program: Program, role: Decl, root: Decl) -> Any:
         return s.ActorSettings(dtype, v["strategy"], v.get("micro_batch"), v.get("micro_batch_tokens"),
                                v["entropy_coeff"], _optim(program, v),
                                gradient_checkpointing=v["gradient_checkpointing"], lora=_lora(v),
-                               param_offload=v["param_offload"], optimizer_offload=v["optimizer_offload"])
+                               param_offload=v["param_offload"], optimizer_offload=v["optimizer_offload"],
+                               remove_padding=v["remove_padding"])
     if role.kind == "critic":
         return s.CriticSettings(dtype, v["strategy"], v.get("micro_batch"), v.get("micro_batch_tokens"), v["head"],
                                 _optim(program, v), gradient_checkpointing=v["gradient_checkpointing"],
-                                param_offload=v["param_offload"], optimizer_offload=v["optimizer_offload"])
+                                param_offload=v["param_offload"], optimizer_offload=v["optimizer_offload"],
+                                remove_padding=v["remove_padding"])
     if role.kind == "ref":
         # a frozen role is sharded like the trained role it is colocated with (as the memory model counts it)
         trained_root = root is not role and root.kind in ("actor", "critic")
         strategy = (root.values.get("strategy") or "ddp") if trained_root else "ddp"
         return s.RefSettings(dtype, strategy, v.get("micro_batch"), v.get("micro_batch_tokens"),
-                             param_offload=v["param_offload"])
+                             param_offload=v["param_offload"], remove_padding=v["remove_padding"])
     if role.kind == "reward_model":
         return s.RewardModelSettings(dtype, v.get("micro_batch"), v.get("micro_batch_tokens"),
-                                     bool(v.get("retokenize", False)))
+                                     bool(v.get("retokenize", False)), remove_padding=v["remove_padding"])
     if role.kind == "rollout":
         return s.RolloutSettings(v["engine"], v["n"], v["temperature"], v["top_p"], v["top_k"], v["max_new_tokens"],
-                                 v["tp"], v["memory_fraction"], dtype, _val(program, v))
+                                 v["tp"], v["memory_fraction"], v.get("max_sequences"), dtype, _val(program, v))
     raise ValueError(f"no settings for role kind {role.kind!r}")
 
 
@@ -149,7 +151,7 @@ def generate_settings(call: CallNode, role: s.RolloutSettings, envs: dict[str, s
     temperature = kw["temperature"] if kw.get("temperature") is not None else role.temperature
     env = envs[kw["env"]] if kw.get("env") is not None else None  # an undeclared one is an error: no settings
     return s.GenerateSettings(n, temperature, role.top_p, role.top_k, role.max_new_tokens,
-                              keep_log_probs=len(call.outputs) > 1, env=env)
+                              keep_log_probs=len(call.outputs) > 1, max_sequences=role.max_sequences, env=env)
 
 
 def env_settings(program: Program, env: Decl) -> s.EnvSettings:

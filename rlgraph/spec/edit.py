@@ -7,6 +7,8 @@
 - the block is not in the file (it comes from an included file): a block `role actor { micro_batch = 4 }`
   is appended at the end of the file. A block of the same kind and name in a later file merges key by key
   (rlgraph/spec/loader.py), and the end of the including file comes after every include, so it wins.
+- the value None removes the key where the file's block writes it (its line and comment when it has one to
+  itself); a key an included file sets stays (the spec is planned again and says so).
 
 Everything else (comments, blank lines, layout) is left as it is; run the formatter on the result.
 Only this file's text is edited, never an included file: a key set in an included file is set again here.
@@ -41,9 +43,19 @@ def set_key(text: str, keyword: str, name: str, key: str, value: object, file: s
     spec, diagnostics = parse_text(text, file)
     if spec is None:
         raise FormatError(diagnostics)
-    written = value_text(value)
     block = next((item for item in reversed(spec.items)
                   if isinstance(item, ast.Block) and item.keyword == keyword and item.name == name), None)
+    if value is None:  # unset: remove the key where this file writes it (an included file's stays)
+        assign = block.get(key) if block is not None else None
+        if not isinstance(assign, ast.Assign):
+            return text
+        start, end = _offset(text, assign.span.line, assign.span.column), _end(text, assign.value.span)
+        line_start, line_end = text.rfind("\n", 0, start) + 1, text.find("\n", end)
+        rest = text[end:] if line_end < 0 else text[end:line_end]
+        if not text[line_start:start].strip() and (not rest.strip() or rest.strip().startswith("#")):
+            return text[:line_start] + ("" if line_end < 0 else text[line_end + 1:])  # the line, and its comment
+        return text[:start].rstrip(" ") + " " + text[end:].lstrip(" ")
+    written = value_text(value)
     if block is None:
         return text.rstrip("\n") + f"\n\n{keyword} {name} {{ {key} = {written} }}\n"
     assign = block.get(key)

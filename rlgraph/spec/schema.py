@@ -328,6 +328,10 @@ _TRAINED = {
     "optimizer_offload": Key(Bool(), "keep AdamW's moments in host memory between optimizer steps; moved to the "
                              "device for each step (verl: actor_rollout_ref.actor.fsdp_config.optimizer_offload, "
                              "critic.model.fsdp_config.optimizer_offload)", False),
+    "remove_padding": Key(Bool(), "run each forward pass on its rows' tokens without their padding, laid end to end "
+                          "(position ids restart per row, so attention stays within it): the same results, less "
+                          "work when rows differ in length; refused for a model whose attention would mix the rows "
+                          "(docs/runtime.md; verl: *.model.use_remove_padding)", False),
 }
 
 # Keys each role kind accepts. The block keyword is always `role`; `kind` picks
@@ -339,14 +343,14 @@ ROLE_KEYS: dict[str, dict[str, Key]] = {
                "head": Key(Choice(("value",)), "the head put on the backbone", "value")},
     "ref": {**_MODEL, **_PLACEMENT,
             "dtype": _FROZEN_DTYPE, "micro_batch": _TRAINED["micro_batch"],
-            "micro_batch_tokens": _TRAINED["micro_batch_tokens"],
+            "micro_batch_tokens": _TRAINED["micro_batch_tokens"], "remove_padding": _TRAINED["remove_padding"],
             "param_offload": Key(Bool(), "keep the weights in host memory and move them to the device for "
                                  "each log_prob call (sharded with an fsdp actor: FSDP2's "
                                  "CPUOffloadPolicy; verl: actor_rollout_ref.ref.fsdp_config.param_offload)",
                                  False)},
     "reward_model": {**_MODEL, **_PLACEMENT,
                      "dtype": _FROZEN_DTYPE, "micro_batch": _TRAINED["micro_batch"],
-                     "micro_batch_tokens": _TRAINED["micro_batch_tokens"],
+                     "micro_batch_tokens": _TRAINED["micro_batch_tokens"], "remove_padding": _TRAINED["remove_padding"],
                      "retokenize": Key(Bool(), "decode the responses and tokenize the text with the reward "
                                        "model's own tokenizer (a reward model of another model family)", False)},
     "rollout": {**_MODEL, **_PLACEMENT,
@@ -359,6 +363,9 @@ ROLE_KEYS: dict[str, dict[str, Key]] = {
                 "max_new_tokens": Key(Int(min=1), "the most tokens a response may have", 32),
                 "tp": Key(Int(min=1, max=MAX_DEVICES_PER_NODE), "tensor-parallel devices per rollout replica", 1),
                 "memory_fraction": Key(Float(0.0, 1.0), "share of device memory the engine may take (GPU)", 0.5),
+                "max_sequences": Key(Int(min=1), "at most this many sequences generated at once: vLLM's max_num_seqs, "
+                                     "SGLang's max_running_requests; the hf engine generates the batch in chunks of "
+                                     "this many (unset: the engine's own default; verl: rollout.max_num_seqs)"),
                 "dtype": _FROZEN_DTYPE},
 }
 _ALL_ROLE_KEYS = {"kind": Key(Choice(ROLE_KINDS), "the role's kind; defaults to its name")}

@@ -12,6 +12,8 @@ from rlgraph.workers.activations import checkpoint_blocks
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.micro import pack, split_rows
 from rlgraph.workers.optim import Optimization, shuffle_generator
+from rlgraph.workers.packing import (PackedRows, check_packed_attention, model_name, packed_model_inputs,
+                                     scatter_rows)
 from rlgraph.workers.loading import default_device
 from rlgraph.workers.precision import Precision
 
@@ -54,6 +56,8 @@ class CriticWorker:
         if head_file.is_file():
             self.load_value_head(head_file)
         self.tokenizer = _maybe_tokenizer(path)
+        if not fsdp.will_shard(self.strategy):  # sharded: once the shards are in place (`shard`)
+            self._check_packing()
         self.shuffle_generator = torch.Generator().manual_seed(seed)
         self.optim = Optimization.from_settings(
             list(self.backbone.parameters()) + list(self.value_head.parameters()), settings.optim,
@@ -68,7 +72,16 @@ class CriticWorker:
         fsdp.shard(self.backbone, mp_policy=self.precision.fsdp_policy(), offload_to=offload_to)
         fsdp.shard(self.value_head, offload_to=offload_to)  # the head stays fp32, as in `predict`
         self.sharded = True
+        self._check_packing()
         self.optim.set_params(self._both().parameters())
+
+    def _check_packing(self) -> None:
+        """remove_padding: refuse a model whose attention would mix packed rows (workers/packing.py)."""
+        if self.settings.remove_padding:
+            body = self.backbone
+            check_packed_attention(
+                lambda ids, pos: body(input_ids=ids, position_ids=pos, use_cache=False).last_hidden_state,
+                body.config.vocab_size, self.device, model_name(body))
 
     def _both(self) -> torch.nn.Module:
         # one module over body and head, for the distributed-checkpoint helpers (parameter names as in state_dict)
@@ -78,8 +91,15 @@ class CriticWorker:
         """Values before each response token, with grad; 0 off the loss mask. (batch, R)
 
         cut: run the model on the rows right-aligned and cut to their longest row (workers/micro.py `pack`); the
-        values are the same."""
+        values are the same. The role's remove_padding: packed rows (workers/packing.py), the same values again."""
         rollout = rollout.to(self.device)
+        if self.settings.remove_padding:  # workers/packing.py: rows end to end, no padding computed
+            packed = PackedRows(rollout.attention_mask)
+            positions, targets = packed.response_targets(rollout.prompt_length)  # (K,), (batch, R)
+            with self.precision.compute(self.device, sharded=self.sharded):
+                hidden = self.backbone(**packed_model_inputs(packed, rollout.input_ids)).last_hidden_state
+            values = self.value_head(hidden.flatten(0, 1)[positions].float()).squeeze(-1)  # (K,)
+            return scatter_rows(values, targets) * rollout.loss_mask
         rollout, unpack = pack(rollout) if cut else (rollout, None)
         with self.precision.compute(self.device, sharded=self.sharded):
             hidden = self.backbone(
@@ -99,7 +119,8 @@ class CriticWorker:
         """Values of the states the response tokens were sampled in, float32, on the CPU. (batch, R)"""
         values = torch.zeros(rollout.responses.shape)  # (batch, R)
         cut = bool(settings.micro_batch_tokens)
-        for rows in split_rows(rollout, torch.arange(len(rollout)), settings.micro_batch, settings.micro_batch_tokens):
+        for rows in split_rows(rollout, torch.arange(len(rollout)), settings.micro_batch, settings.micro_batch_tokens,
+                               packed=self.settings.remove_padding):
             values[rows] = self.predict(rollout.select(rows), cut=cut).cpu()
         return values
 
@@ -139,7 +160,8 @@ class CriticWorker:
             mini_batch_size=settings.mini_batch_size,
             micro_batch_size=settings.micro_batch,
             generator=shuffle_generator(shuffle_seed, self.shuffle_generator, shuffle),
-            split=lambda mini: split_rows(rollout, mini, settings.micro_batch, settings.micro_batch_tokens),
+            split=lambda mini: split_rows(rollout, mini, settings.micro_batch, settings.micro_batch_tokens,
+                                          packed=self.settings.remove_padding),
             weight=lambda micro, mini: agg_weight(rollout.loss_mask[micro], rollout.loss_mask[mini],
                                                   settings.loss_agg),
         )

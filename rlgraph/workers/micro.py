@@ -6,7 +6,7 @@ longest prompt plus its longest response. `micro_batch_tokens` (verl's use_dynam
 greedily while rows x its longest row stays within the budget, and runs each pass right-aligned and cut to
 its own longest row (`pack`), so the padding of the batch's longest prompt and response is not computed.
 The budget bounds the tensor a pass runs on, the little padding left between rows of similar length
-included; verl packs rows into one sequence with no padding at all, which needs varlen attention kernels.
+included; a role's `remove_padding` packs the rows without it (workers/packing.py).
 
 Results go back to each row's place in the batch; the columns past a row's end hold 0. The passes are a
 pure function of the rows' lengths and order, so a step and its resume make the same ones.
@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 from rlgraph.workers.batch import Rollout, TokenSource, last_index
+from rlgraph.workers.packing import first_fit
 
 
 def row_lengths(rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,8 +32,10 @@ def row_lengths(rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def token_budget_micro_batches(rows: torch.Tensor, prompt: torch.Tensor, response: torch.Tensor,
-                               budget: int) -> list[torch.Tensor]:
-    """`rows` in micro-batches of at most `budget` tokens, counted as rows x its longest row (prompt + response).
+                               budget: int, *, packed: bool = False) -> list[torch.Tensor]:
+    """`rows` in micro-batches of at most `budget` tokens, counted as rows x its longest row (prompt + response),
+    or, `packed` (remove_padding), as the packed rows the pass runs on (workers/packing.py: rows laid end to
+    end in rows as wide as the longest, first-fit): its tokens and the few left at the packed rows' ends.
 
     Longest rows first (a pass of the peak size comes first, so memory fails early if it fails at all); ties
     keep their order in `rows`. A row longer than the budget alone is a pass of its own (`rlgraph check`
@@ -43,22 +46,33 @@ def token_budget_micro_batches(rows: torch.Tensor, prompt: torch.Tensor, respons
     total = (prompt + response).tolist()
     order = sorted(ids, key=lambda row: -total[row])  # stable: ties keep their order in `rows`
     batches: list[list[int]] = []
+    bins: list[int] = []  # packed: tokens in each packed row of the last pass
     for row in order:
-        # sorted longest first: a pass is as wide as its first row
-        if batches and (len(batches[-1]) + 1) * total[batches[-1][0]] <= budget:
-            batches[-1].append(row)
-        else:
-            batches.append([row])
+        if batches:
+            width = total[batches[-1][0]]  # sorted longest first: a pass is as wide as its first row
+            if packed:
+                fit = first_fit(bins, total[row], width)
+                fits = max(len(bins), fit + 1) * width <= budget
+            else:
+                fits = (len(batches[-1]) + 1) * width <= budget
+            if fits:
+                batches[-1].append(row)
+                if packed:
+                    bins += [0] * (fit == len(bins))
+                    bins[fit] += total[row]
+                continue
+        batches.append([row])
+        bins = [total[row]]
     return [torch.tensor(b, dtype=torch.long) for b in batches]
 
 
 def split_rows(rollout: Rollout, rows: torch.Tensor, micro_batch: int | None,
-               micro_batch_tokens: int | None) -> list[torch.Tensor]:
-    """The micro-batches of `rows` (indices into `rollout`): by `micro_batch_tokens` if set, else `micro_batch`
-    rows each in order (None: all of them in one pass)."""
+               micro_batch_tokens: int | None, *, packed: bool = False) -> list[torch.Tensor]:
+    """The micro-batches of `rows` (indices into `rollout`): by `micro_batch_tokens` if set (`packed`: a pass
+    counts the packed rows it runs on), else `micro_batch` rows each in order (None: all of them in one pass)."""
     if micro_batch_tokens:
         prompt, response = row_lengths(rollout)
-        return token_budget_micro_batches(rows, prompt, response, micro_batch_tokens)
+        return token_budget_micro_batches(rows, prompt, response, micro_batch_tokens, packed=packed)
     return list(rows.split(micro_batch or len(rows) or 1))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -20,6 +20,7 @@ from rlgraph.workers.loading import as_dtype, default_device, load_causal_lm  # 
 from rlgraph.workers.logits import token_log_probs
 from rlgraph.workers.micro import forward_pass, split_rows
 from rlgraph.workers.optim import Optimization, shuffle_generator
+from rlgraph.workers.packing import check_packed_attention, model_name, packed_response_logits
 from rlgraph.workers.precision import Precision, computes, in_compute
 from rlgraph.workers.rollout import generate_rollout
 
@@ -64,6 +65,8 @@ class PolicyWorker:
         self.module.eval()
         if self.trainable and settings.gradient_checkpointing:
             checkpoint_blocks(self.module)  # HF's own checkpointing would not engage in eval mode
+        if not fsdp.will_shard(self.strategy):  # sharded: once the shards are in place (`shard`)
+            self._check_packing()
         self.shuffle_generator = torch.Generator().manual_seed(seed)
         self.sample_generator = torch.Generator().manual_seed(seed + 1)
         self.engine = HFEngine(self.module, self.tokenizer)  # shares the module: samples from the current weights
@@ -83,6 +86,7 @@ class PolicyWorker:
                    offload_to=self.device if self.settings.param_offload else None)
         self.sharded = True
         self.offload_host = None  # the policy moves the shards now
+        self._check_packing()
         self.engine.synced = True  # every rank steps `generate` until all ranks are done
         if self.optim is not None:
             self.optim.set_params(self.module.parameters())
@@ -92,6 +96,25 @@ class PolicyWorker:
     def response_logits(self, rollout: Rollout) -> torch.Tensor:
         """Raw logits that predict each response token, in the model's dtype. (batch, R, vocab)"""
         return response_logits(self.module, rollout.to(self.device))
+
+    def _pass(self, rollout: Rollout, rows: torch.Tensor, *,
+              cut: bool) -> tuple[torch.Tensor, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+        """One forward pass over `rows`: (logits (micro, r, vocab) or packed (1, K, vocab), the tokens they
+        predict, unpack: a result in that layout -> (micro, R) at the rollout's columns)."""
+        if self.settings.remove_padding:  # workers/packing.py
+            part = rollout.select(rows)
+            return packed_response_logits(self.module, part.input_ids, part.attention_mask, part.responses,
+                                          keeps_logits=_accepts_logits_to_keep(self.module))
+        part, unpack = forward_pass(rollout, rows, cut=cut)
+        return self.response_logits(part), part.responses, unpack  # r = R, or the pass's longest response
+
+    def _check_packing(self) -> None:
+        """remove_padding: refuse a model whose attention would mix packed rows (workers/packing.py)."""
+        if not self.settings.remove_padding:
+            return
+        module = self.module
+        check_packed_attention(lambda ids, pos: module(input_ids=ids, position_ids=pos, use_cache=False).logits,
+                               module.config.vocab_size, self.offload_host or self.device, model_name(module))
 
     @torch.no_grad()
     @offload.moves_weights
@@ -105,13 +128,12 @@ class PolicyWorker:
         """
         log_prob = torch.zeros(rollout.responses.shape)  # (batch, R)
         entropy = torch.zeros(rollout.responses.shape) if with_entropy else None
-        cut = bool(settings.micro_batch_tokens)
         rollout = rollout.to(self.device)
-        for rows in split_rows(rollout, torch.arange(len(rollout)), settings.micro_batch, settings.micro_batch_tokens):
-            part, unpack = forward_pass(rollout, rows, cut=cut)
-            logits = self.response_logits(part)  # (micro, r, vocab): r = R, or the pass's longest response
-            part_log_prob, part_entropy = token_log_probs(logits, part.responses, settings.temperature,
-                                                          with_entropy=with_entropy)  # (micro, r) each
+        for rows in split_rows(rollout, torch.arange(len(rollout)), settings.micro_batch, settings.micro_batch_tokens,
+                               packed=self.settings.remove_padding):
+            logits, tokens, unpack = self._pass(rollout, rows, cut=bool(settings.micro_batch_tokens))
+            part_log_prob, part_entropy = token_log_probs(logits, tokens, settings.temperature,
+                                                          with_entropy=with_entropy)  # (micro or 1, r) each
             log_prob[rows] = unpack(part_log_prob).cpu()  # (micro, R)
             if with_entropy:
                 entropy[rows] = unpack(part_entropy).cpu()
@@ -170,13 +192,13 @@ class PolicyWorker:
                                                           rollout.loss_mask, settings.tis, settings.tis_cap)
 
         cut = bool(settings.micro_batch_tokens)
+        packed = self.settings.remove_padding
 
         def micro_batch_loss(rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-            part, unpack = forward_pass(rollout, rows, cut=cut)
-            logits = self.response_logits(part)  # (micro, r, vocab): r = R, or the pass's longest response
+            logits, tokens, unpack = self._pass(rollout, rows, cut=cut)
             # the entropy is a gradient term only with a coefficient; else a metric (no backward work)
-            log_prob, entropy = token_log_probs(logits, part.responses, settings.temperature, with_entropy=True,
-                                                entropy_grad=settings.entropy_coeff != 0)  # (micro, r) each
+            log_prob, entropy = token_log_probs(logits, tokens, settings.temperature, with_entropy=True,
+                                                entropy_grad=settings.entropy_coeff != 0)  # (micro or 1, r) each
             # at the rollout's columns and width R, so every loss aggregation divides as the whole batch's does
             log_prob, entropy = unpack(log_prob), unpack(entropy)  # (micro, R) each
             mask = rollout.loss_mask[rows]  # (micro, R): inserted tokens are attended to, not trained on
@@ -212,7 +234,8 @@ class PolicyWorker:
                 mini_batch_size=settings.mini_batch_size,
                 micro_batch_size=settings.micro_batch,
                 generator=shuffle_generator(shuffle_seed, self.shuffle_generator, shuffle),
-                split=lambda mini: split_rows(rollout, mini, settings.micro_batch, settings.micro_batch_tokens),
+                split=lambda mini: split_rows(rollout, mini, settings.micro_batch, settings.micro_batch_tokens,
+                                              packed=packed),
                 weight=lambda micro, mini: agg_weight(rollout.loss_mask[micro], rollout.loss_mask[mini], agg),
             )
         metrics["actor/grad_norm"] = metrics.pop("grad_norm")

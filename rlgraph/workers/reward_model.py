@@ -23,6 +23,7 @@ from rlgraph.models.sequences import last_token_scores, left_pad, position_ids_f
 from rlgraph.contract.settings import ForwardSettings, RewardModelSettings
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.micro import forward_pass, split_rows
+from rlgraph.workers.packing import PackedRows, check_packed_attention, model_name, packed_model_inputs
 from rlgraph.workers.loading import as_dtype, default_device
 
 
@@ -45,6 +46,12 @@ class RewardModelWorker:
         self.module.eval()
         self.module.requires_grad_(False)
         self.retokenize = settings.retokenize
+        self.remove_padding = settings.remove_padding
+        if self.remove_padding:  # refuse a model whose attention would mix packed rows (workers/packing.py)
+            body = self.module.model
+            check_packed_attention(
+                lambda ids, pos: body(input_ids=ids, position_ids=pos, use_cache=False).last_hidden_state,
+                self.module.config.vocab_size, self.device, model_name(body))
         self.tokenizer = None
         if self.retokenize:
             from transformers import AutoTokenizer
@@ -55,7 +62,8 @@ class RewardModelWorker:
     def score(self, rollout: Rollout, *, settings: ForwardSettings) -> torch.Tensor:
         sequence_scores = torch.zeros(len(rollout))  # (batch,)
         cut = bool(settings.micro_batch_tokens)
-        for rows in split_rows(rollout, torch.arange(len(rollout)), settings.micro_batch, settings.micro_batch_tokens):
+        for rows in split_rows(rollout, torch.arange(len(rollout)), settings.micro_batch, settings.micro_batch_tokens,
+                               packed=self.remove_padding):
             part, _ = forward_pass(rollout, rows, cut=cut)  # the score is read on the last token: no map back
             if self.retokenize:
                 ids, mask = self._own_tokens(part)
@@ -63,9 +71,15 @@ class RewardModelWorker:
                 self._check_ids(part.input_ids)
                 ids, mask = part.input_ids, part.attention_mask
             ids, mask = ids.to(self.device), mask.to(self.device)
-            sequence_scores[rows] = last_token_scores(self.module, ids, mask, position_ids_from_mask(mask)).cpu()
+            if self.remove_padding:  # workers/packing.py: rows end to end, the head on each row's last token
+                packed = PackedRows(mask)
+                hidden = self.module.model(**packed_model_inputs(packed, ids)).last_hidden_state
+                scores = self.module.score(hidden.flatten(0, 1)[packed.last_tokens()]).squeeze(-1).float()
+            else:
+                scores = last_token_scores(self.module, ids, mask, position_ids_from_mask(mask))
+            sequence_scores[rows] = scores.cpu()
         if rollout.episodes is not None:  # a sample whose environment failed gets no reward (and no loss)
-            sequence_scores[torch.tensor([e["failed"] for e in rollout.episodes], dtype=torch.bool)] = 0.0
+            sequence_scores[torch.tensor([e.failed for e in rollout.episodes], dtype=torch.bool)] = 0.0
         token_level = torch.zeros(rollout.responses.shape, dtype=torch.float32)  # (batch, R)
         token_level[torch.arange(len(rollout)), rollout.reward_index.cpu()] = sequence_scores
         return token_level

@@ -29,7 +29,8 @@ class RolloutWorker:
             raise ValueError(f"memory_fraction must be in (0, 1], got {settings.memory_fraction}")
         self.settings = settings
         self.engine = engine_class(settings.engine).from_pretrained(
-            model_path, dtype=settings.dtype, device=device, memory_fraction=settings.memory_fraction, tp=settings.tp)
+            model_path, dtype=settings.dtype, device=device, memory_fraction=settings.memory_fraction, tp=settings.tp,
+            max_sequences=settings.max_sequences)
         self.tokenizer = self.engine.tokenizer
         self.sample_generator = torch.Generator().manual_seed(seed)
 
@@ -91,7 +92,7 @@ def generate_rollout(
     if isinstance(seed, torch.Generator):
         seed = int(torch.randint(0, 2**62, (1,), generator=seed))
     generation = engine.generate([list(item["input_ids"]) for item in items], n, sampling, seed=seed,
-                                 with_log_probs=settings.keep_log_probs)
+                                 with_log_probs=settings.keep_log_probs, max_sequences=settings.max_sequences)
     return build_rollout(items, n, generation, engine.tokenizer, engine.pad_token_id, max_new_tokens,
                          uid_offset=uid_offset, policy_version=policy_version)
 

@@ -18,10 +18,7 @@ LAUNCHES = sorted(FIXTURES.glob("*.overrides"))
 # The data and weights the launches name are not on this machine: those two checks are left out here.
 ABSENT_HERE = ("data-path", "model-path")
 # Launches that fail `check` for a reason of their own; every other launch passes.
-FAILS = {
-    "rloo_qwen2_7b": "out-of-memory 115 GiB (activations 53 + logits 48 GiB for micro_batch 80 x 1536 tokens); verl "
-                     "runs it with use_remove_padding, which rlgraph's memory model does not count (helper D / F)",
-}
+FAILS: dict[str, str] = {}
 
 
 def _as_script(path: Path) -> bytes:
@@ -147,3 +144,17 @@ def test_an_unknown_file_and_a_bad_memory_size(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
     assert main(["import", "verl", str(FIXTURES / "grpo_qwen2_7b.overrides"), "--device-memory", "80G"]) == 1
     assert "expected a size with its unit" in capsys.readouterr().err
+
+
+
+@pytest.mark.parametrize("launch, roles", [("grpo_qwen2_7b", ("actor", "ref")),
+                                           ("ppo_deepseek7b_critic", ("actor", "critic"))])
+def test_padding_removal_maps_to_remove_padding_on_the_roles_that_run_the_models(launch, roles):
+    """verl's use_remove_padding of the policy (its actor and ref) and of the critic: `remove_padding` on each."""
+    text, warnings = _import(FIXTURES / f"{launch}.overrides")
+    blocks = {block.split(" {", 1)[0]: block for block in text.split("\nrole ")[1:]}
+    keys = {"actor": "model.use_remove_padding", "ref": "model.use_remove_padding",
+            "critic": "critic.model.use_remove_padding"}
+    for role in roles:
+        assert f"remove_padding = true  # verl: {keys[role]}" in blocks[role], role
+    assert not any("use_remove_padding" in warning for warning in warnings)

@@ -58,18 +58,20 @@ def test_7b_on_one_device_gets_four_devices_and_a_micro_batch_that_divides_its_s
     assert main(["fmt", "--check", str(tmp_path / "specs" / "fitted.rl")]) == 0
 
 
-def test_a_micro_batch_too_big_is_halved_and_checkpointed_comments_kept(tmp_path, capsys):
+def test_a_micro_batch_too_big_becomes_a_token_budget_comments_kept(tmp_path, capsys):
     source = FIT / "micro_batch.rl"
     code, diff, err, fitted = _fitted(tmp_path, capsys, source)
     assert code == 0
-    assert "fits with `micro_batch = 8` on `actor` and `gradient_checkpointing = true` on `actor`" in err
+    assert ("fits with `micro_batch_tokens = 9216` on `actor` (3 rows of 3072 tokens a pass; instead of "
+            "`micro_batch = 16`)") in err
     assert diff.startswith(f"--- {tmp_path / 'specs' / 'micro_batch.rl'}\n+++ {tmp_path / 'specs' / 'fitted.rl'}\n")
+    # the key it replaces goes with its own comment; every other comment stays
     assert ("-  micro_batch = 16  # verl: ppo_micro_batch_size_per_gpu\n"
-            "+  micro_batch = 8  # verl: ppo_micro_batch_size_per_gpu\n"
             "   optim { lr = 1e-6 }\n"
-            "+  gradient_checkpointing = true\n }\n") in diff
-    assert fitted == source.read_text().replace("micro_batch = 16", "micro_batch = 8").replace(
-        "  optim { lr = 1e-6 }\n}", "  optim { lr = 1e-6 }\n  gradient_checkpointing = true\n}")
+            "+  micro_batch_tokens = 9216\n }\n") in diff
+    removed = "  micro_batch = 16  # verl: ppo_micro_batch_size_per_gpu\n"
+    assert fitted == source.read_text().replace(removed, "").replace(
+        "  optim { lr = 1e-6 }\n}", "  optim { lr = 1e-6 }\n  micro_batch_tokens = 9216\n}")
     _plans_cleanly(tmp_path / "specs" / "fitted.rl")
     assert main(["fmt", "--check", str(tmp_path / "specs" / "fitted.rl")]) == 0
 

@@ -6,12 +6,13 @@ from rlgraph.contract import settings as s
 from rlgraph.plan.model import CallPlan, Placement, Plan, PoolPlan, RolePlan, Stage
 
 ROLLOUT = s.RolloutSettings(engine="hf", n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, tp=1,
-                            memory_fraction=0.5, dtype="float32", val=s.ValSettings(n=1, temperature=0.0, top_p=1.0, top_k=0))
+                            memory_fraction=0.5, max_sequences=None, dtype="float32", val=s.ValSettings(n=1, temperature=0.0, top_p=1.0, top_k=0))
 OPTIM = s.OptimSettings(lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0)
 ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, entropy_coeff=0.0,
                         optim=OPTIM, gradient_checkpointing=False, lora=None, param_offload=False,
-                        optimizer_offload=False)
-REF = s.RefSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, param_offload=False)
+                        optimizer_offload=False, remove_padding=False)
+REF = s.RefSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, param_offload=False,
+                    remove_padding=False)
 ACTOR_UPDATE = s.ActorUpdateSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=None,
                                      micro_batch_tokens=None,
                                      loss_agg="token-mean", clip_low=0.2, clip_high=0.2, clip_c=3.0, kl_coef=0.001,
@@ -42,7 +43,8 @@ def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollo
     calls = [
         CallPlan("rollout.generate", "rollout.generate", "role", "rollout", "generate", "rollout",
                  [["prompts", "prompts"]], [["responses", "responses"]], {}, 1,
-                 s.GenerateSettings(n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, keep_log_probs=False, env=None)),
+                 s.GenerateSettings(n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, keep_log_probs=False,
+                                    max_sequences=None, env=None)),
         CallPlan("exact", "exact", "reward", "exact", None, None, [["responses", "responses"]], [["scores", "scores"]], {}, 2,
                  s.NoSettings()),
         CallPlan("actor.log_prob", "actor.log_prob", "role", "actor", "log_prob", "actor",

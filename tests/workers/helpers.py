@@ -48,15 +48,18 @@ _OPTIM_FIELDS = ("lr", "betas", "weight_decay", "warmup_steps", "grad_clip")
 _OPTIM = s.OptimSettings(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0)
 _ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, entropy_coeff=0.0,
                          optim=_OPTIM, gradient_checkpointing=False, lora=None, param_offload=False,
-                         optimizer_offload=False)
+                         optimizer_offload=False, remove_padding=False)
 _CRITIC = s.CriticSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, head="value",
                            optim=dataclasses.replace(_OPTIM, lr=1e-5), gradient_checkpointing=False,
-                           param_offload=False, optimizer_offload=False)
-_REF = s.RefSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, param_offload=False)
-_REWARD_MODEL = s.RewardModelSettings(dtype="float32", micro_batch=None, micro_batch_tokens=None, retokenize=False)
+                           param_offload=False, optimizer_offload=False, remove_padding=False)
+_REF = s.RefSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, param_offload=False,
+                     remove_padding=False)
+_REWARD_MODEL = s.RewardModelSettings(dtype="float32", micro_batch=None, micro_batch_tokens=None, retokenize=False,
+                                      remove_padding=False)
 _ROLLOUT = s.RolloutSettings(engine="hf", n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, tp=1,
-                             memory_fraction=0.5, dtype="float32", val=s.ValSettings(n=1, temperature=0.0, top_p=1.0, top_k=0))
-_GENERATE = s.GenerateSettings(n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, keep_log_probs=False, env=None)
+                             memory_fraction=0.5, max_sequences=None, dtype="float32", val=s.ValSettings(n=1, temperature=0.0, top_p=1.0, top_k=0))
+_GENERATE = s.GenerateSettings(n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, keep_log_probs=False,
+                               max_sequences=None, env=None)
 _LOG_PROB = s.LogProbSettings(temperature=1.0, micro_batch=None, micro_batch_tokens=None)
 _FORWARD = s.ForwardSettings(micro_batch=None, micro_batch_tokens=None)
 _UPDATE = s.ActorUpdateSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=None,

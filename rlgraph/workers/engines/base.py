@@ -85,17 +85,22 @@ class Engine(ABC):
     @classmethod
     @abstractmethod
     def from_pretrained(cls, model_path: str, *, dtype: str, device: str | None,
-                        memory_fraction: float | None, tp: int = 1) -> Engine:
+                        memory_fraction: float | None, tp: int = 1, max_sequences: int | None = None) -> Engine:
         """An engine that owns its weights, loaded from a local HF folder (or `builtin:` model).
 
         `memory_fraction`: the share of the device it may take (weights + KV cache), for engines whose
         capabilities say they honour it; the others ignore it. None: the engine's own default.
-        `tp`: the devices one replica spans (at most `capabilities.max_tp`)."""
+        `tp`: the devices one replica spans (at most `capabilities.max_tp`).
+        `max_sequences`: the most sequences generated at once, for an engine whose scheduler is set up once
+        (SGLang's max_running_requests); an engine without one takes it in `generate`. None: its default."""
 
     @abstractmethod
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, seed: int | None = None,
-                 with_log_probs: bool = False) -> Generation:
-        """`n` samples of every prompt. The same seed, weights and settings give the same tokens."""
+                 with_log_probs: bool = False, max_sequences: int | None = None) -> Generation:
+        """`n` samples of every prompt. The same seed, weights and settings give the same tokens.
+
+        `max_sequences`: the most sequences (rows: prompts x n) generated at once; the hf engine runs the rows in
+        chunks of this many. An engine whose scheduler took the limit in `from_pretrained` ignores it here."""
 
     @abstractmethod
     def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -44,8 +44,10 @@ class HFEngine(Engine):
 
     @classmethod
     def from_pretrained(cls, model_path: str, *, dtype: str | torch.dtype = "float32", device: str | None = None,
-                        memory_fraction: float | None = None, tp: int = 1) -> HFEngine:
-        """`memory_fraction` is ignored: HF allocates the KV cache per call, as it goes."""
+                        memory_fraction: float | None = None, tp: int = 1,
+                        max_sequences: int | None = None) -> HFEngine:
+        """`memory_fraction` is ignored: HF allocates the KV cache per call, as it goes. So is `max_sequences`
+        here: `generate` takes it with each call (the hybrid engine gets it from the call's settings too)."""
         from rlgraph.workers.loading import as_dtype, default_device, load_causal_lm
 
         if tp > cls.capabilities.max_tp:
@@ -59,34 +61,40 @@ class HFEngine(Engine):
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, seed: int | None = None,
-                 with_log_probs: bool = False) -> Generation:
+                 with_log_probs: bool = False, max_sequences: int | None = None) -> Generation:
         """Log-probs come from the raw logits of generation divided by the temperature: what
         `PolicyWorker.log_prob` would recompute from the same weights (to float32 rounding: KV-cached steps
-        vs one full pass), before any top-k / top-p truncation."""
-        from transformers import GenerationConfig, LogitsProcessorList
+        vs one full pass), before any top-k / top-p truncation.
+
+        `max_sequences`: the rows (prompts x n) go through `module.generate` in chunks of at most this many,
+        one after the other, so the KV cache is one chunk's; None: all at once. A chunk is left-padded to its
+        own longest prompt. Sampled chunks draw on one seeded stream, so a seed gives the same tokens for the
+        same limit (other tokens than with another limit); greedy tokens do not depend on it."""
+        from transformers import GenerationConfig
 
         if self.released:
             raise RuntimeError("the engine's memory is released; call resume_memory() before generate()")
-        max_new_tokens, greedy = sampling.max_new_tokens, sampling.greedy
+        if max_sequences is not None and max_sequences < 1:
+            raise ValueError(f"max_sequences must be >= 1, got {max_sequences}")
+        greedy = sampling.greedy
         device = next(self.module.parameters()).device
-        prompts, prompt_mask = left_pad(prompt_ids, self.pad_token_id)
-        # --- repeat each prompt n times, interleaved: p0 p0 p0 p1 p1 p1 ...
-        prompts = prompts.repeat_interleave(n, dim=0).to(device)  # (batch, P)
-        prompt_mask = prompt_mask.repeat_interleave(n, dim=0).to(device)  # (batch, P)
+        rows = [list(prompt) for prompt in prompt_ids for _ in range(n)]  # p0 p0 p0 p1 p1 p1 ...
+        chunk = max_sequences or len(rows)
 
         settings = {} if greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p,
                                       "top_k": sampling.top_k}
         stop_ids = self.eos_token_ids + [i for i in sampling.stop_token_ids if i not in self.eos_token_ids]
         config = GenerationConfig(
             do_sample=not greedy,
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=sampling.max_new_tokens,
             pad_token_id=self.pad_token_id,
             eos_token_id=stop_ids,
             use_cache=True,
             **settings,
         )
         temperature = 1.0 if greedy else sampling.temperature
-        kept = _KeptLogProbs(temperature) if with_log_probs else None
+        token_ids: list[list[int]] = []
+        log_probs: list[list[float]] = []
         # HF fills every setting left unset from the model's own generation_config (a shipped
         # repetition_penalty, say); a blank one there keeps the samples exactly on-policy.
         was_training, model_defaults = self.module.training, getattr(self.module, "generation_config", None)
@@ -95,25 +103,41 @@ class HFEngine(Engine):
             self.module.generation_config = GenerationConfig()
         try:
             with _seeded(seed, device):
-                extra = {"synced_gpus": True} if self.synced else {}
-                if kept is not None:
-                    extra["logits_processor"] = LogitsProcessorList([kept])
-                output = self.module.generate(input_ids=prompts, attention_mask=prompt_mask, generation_config=config,
-                                              **extra)
+                # sharded (synced), every rank must call generate as often: one turn's batch is split evenly, so
+                # it does (a multi-turn episode's later turns may leave ranks with unequal rows: see docs/runtime.md)
+                for start in range(0, len(rows), chunk):
+                    ids, kept = self._generate_chunk(rows[start : start + chunk], config, stop_ids, device,
+                                                     temperature if with_log_probs else None)
+                    token_ids += ids
+                    log_probs += kept or []
         finally:
             self.module.train(was_training)
             if model_defaults is not None:
                 self.module.generation_config = model_defaults
+        return Generation(token_ids, log_probs if with_log_probs else None)
 
-        responses = output[:, prompts.shape[1] :][:, :max_new_tokens]  # (batch, <= R): HF stops when all rows did
+    def _generate_chunk(self, rows: list[list[int]], config: Any, stop_ids: list[int], device: torch.device,
+                        temperature: float | None) -> tuple[list[list[int]], list[list[float]] | None]:
+        """One `module.generate` call: the rows' tokens up to their first stop token, and with a `temperature`
+        their log-probs."""
+        from transformers import LogitsProcessorList
+
+        prompts, prompt_mask = left_pad(rows, self.pad_token_id)
+        prompts, prompt_mask = prompts.to(device), prompt_mask.to(device)  # (chunk, P)
+        kept = _KeptLogProbs(temperature) if temperature is not None else None
+        extra = {"synced_gpus": True} if self.synced else {}
+        if kept is not None:
+            extra["logits_processor"] = LogitsProcessorList([kept])
+        output = self.module.generate(input_ids=prompts, attention_mask=prompt_mask, generation_config=config,
+                                      **extra)
+        # (chunk, <= R): HF stops when all rows did
+        responses = output[:, prompts.shape[1] :][:, : config.max_new_tokens]
         lengths = mask_after_eos(responses, stop_ids).sum(dim=1).tolist()
         token_ids = [row[:length] for row, length in zip(responses.tolist(), lengths)]
-
-        log_probs = None
-        if kept is not None:
-            picked = kept.finish(responses)  # (batch, generated)
-            log_probs = [row[:length] for row, length in zip(picked.cpu().tolist(), lengths)]
-        return Generation(token_ids, log_probs)
+        if kept is None:
+            return token_ids, None
+        picked = kept.finish(responses)  # (chunk, generated)
+        return token_ids, [row[:length] for row, length in zip(picked.cpu().tolist(), lengths)]
 
     # --- weights and memory ---
 

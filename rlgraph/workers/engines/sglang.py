@@ -7,8 +7,8 @@ its own), so this adapter was written against the source of `python/sglang/srt/e
 against the installed package's signatures where sglang imports (tests/workers/test_engine_sglang.py).
 
 What it calls:
-- `sglang.Engine(model_path=, tokenizer_path=, tp_size=, dtype=, mem_fraction_static=, base_gpu_id=,
-  enable_memory_saver=True, enable_weights_cpu_backup=True)`
+- `sglang.Engine(model_path=, tokenizer_path=, tp_size=, dtype=, mem_fraction_static=, max_running_requests=,
+  base_gpu_id=, enable_memory_saver=True, enable_weights_cpu_backup=True)`
 - `Engine.generate(input_ids=[[...], ...], sampling_params=[{...}, ...], return_logprob=True)`: one request
   per sample (each prompt repeated n times, so the n samples of a prompt are adjacent and each has its own
   `sampling_seed`); the tokens and their log-probs are read from `meta_info["output_token_logprobs"]`,
@@ -76,7 +76,8 @@ class SGLangEngine(Engine):
 
     @classmethod
     def from_pretrained(cls, model_path: str, *, dtype: str = "bfloat16", device: str | None = None,
-                        memory_fraction: float | None = None, tp: int = 1) -> SGLangEngine:
+                        memory_fraction: float | None = None, tp: int = 1,
+                        max_sequences: int | None = None) -> SGLangEngine:
         cls.check_installed()
         import sglang
         import torch
@@ -88,7 +89,8 @@ class SGLangEngine(Engine):
         path = resolve_model_path(model_path)
         if device is None and torch.cuda.is_available():
             device = f"cuda:{torch.cuda.current_device()}"  # where the process's workers set theirs
-        args = server_args(path, dtype=dtype, device=device, memory_fraction=memory_fraction, tp=tp)
+        args = server_args(path, dtype=dtype, device=device, memory_fraction=memory_fraction, tp=tp,
+                           max_sequences=max_sequences)
         visible = torch.cuda.device_count()
         if visible < args["base_gpu_id"] + tp:
             # a colocated replica lives in the process of its first device; Ray shows each process its own GPUs
@@ -105,9 +107,11 @@ class SGLangEngine(Engine):
     # --- generation ---
 
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, seed: int | None = None,
-                 with_log_probs: bool = False) -> Generation:
+                 with_log_probs: bool = False, max_sequences: int | None = None) -> Generation:
         """The log-probs are SGLang's own (by default after the temperature; its SGLANG_RETURN_ORIGINAL_LOGPROB
-        changes that). SGLang honours a sample's seed only in its deterministic-inference mode."""
+        changes that). SGLang honours a sample's seed only in its deterministic-inference mode. Every request
+        goes in at once: SGLang's scheduler runs at most `max_running_requests` of them at a time (the
+        `max_sequences` given to `from_pretrained`; the one here is not read)."""
         if self.released:
             raise RuntimeError("the engine's memory is released; call resume_memory() before generate()")
         if self.cache_stale:
@@ -152,7 +156,7 @@ class SGLangEngine(Engine):
 
 
 def server_args(model_folder: str, *, dtype: Any, device: str | None, memory_fraction: float | None,
-                tp: int) -> dict[str, Any]:
+                tp: int, max_sequences: int | None = None) -> dict[str, Any]:
     """`sglang.Engine`'s keyword arguments (its ServerArgs fields)."""
     device = str(device or "cuda")
     kind, _, index = device.partition(":")
@@ -170,6 +174,8 @@ def server_args(model_folder: str, *, dtype: Any, device: str | None, memory_fra
     }
     if memory_fraction is not None:
         args["mem_fraction_static"] = memory_fraction  # weights + KV cache, as a share of the GPU
+    if max_sequences is not None:
+        args["max_running_requests"] = max_sequences  # the scheduler's limit; the rest of a step's requests wait
     return args
 
 

@@ -1,6 +1,6 @@
 rlgraph 1
-# A 0.5B policy whose micro-batch of 16 long samples does not fit one 24 GiB device: `plan --fit` halves it
-# and turns on gradient checkpointing.
+# A 0.5B policy whose micro-batch of 16 samples does not fit one 24 GiB device when they are all of full length:
+# `plan --fit` replaces it with a token budget (verl's use_dynamic_bsz) that fits whatever the lengths.
 
 model qwen {
   path = "Qwen/Qwen2.5-0.5B"  # hub id: sizes below

@@ -1,6 +1,6 @@
 rlgraph 1
-# A 0.5B policy whose micro-batch of 64 long samples does not fit one 24 GiB device, and no single change or
-# pair of changes that rlgraph knows makes it fit.
+# A 0.5B policy whose training state alone (16 bytes a parameter, 7.5 GiB) does not fit one 4 GiB device, and
+# no single change or pair of changes that rlgraph knows makes it fit.
 
 model qwen {
   path = "Qwen/Qwen2.5-0.5B"  # hub id: sizes below
@@ -12,7 +12,7 @@ model qwen {
   vocab = 151936
 }
 
-pool gpu { nodes = 1  devices_per_node = 1  device = gpu  memory = 24GiB }
+pool gpu { nodes = 1  devices_per_node = 1  device = gpu  memory = 4GiB }
 
 role actor {
   model = qwen
