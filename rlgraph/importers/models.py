@@ -2,7 +2,7 @@
 are not on this machine (a Hugging Face hub id such as `Qwen/Qwen2-7B-Instruct`).
 
 Numbers from each model's published config.json (num_hidden_layers, hidden_size, num_attention_heads,
-num_key_value_heads, vocab_size) and its parameter count. Looked up by the last part of the path, without
+num_key_value_heads, vocab_size, intermediate_size) and its parameter count. Looked up by the last part of the path, without
 the -Instruct/-Chat suffix, lower case: `/models/Qwen2.5-3B-Instruct` is `qwen2.5-3b`.
 """
 
@@ -20,31 +20,32 @@ class Shape:
     heads: int
     kv_heads: int
     vocab: int
+    intermediate: int  # the MLP's inner size: with tied embeddings it does not follow from params
     note: str = ""
 
 
-_QWEN2_7B = Shape("7.6B", 28, 3584, 28, 4, 152064)
-_QWEN2_05B = Shape("494M", 24, 896, 14, 2, 151936)
-_QWEN2_15B = Shape("1.5B", 28, 1536, 12, 2, 151936)
-_LLAMA3_8B = Shape("8.0B", 32, 4096, 32, 8, 128256)
-_DEEPSEEK_7B = Shape("6.9B", 30, 4096, 32, 32, 102400)
+_QWEN2_7B = Shape("7.6B", 28, 3584, 28, 4, 152064, 18944)
+_QWEN2_05B = Shape("494M", 24, 896, 14, 2, 151936, 4864)
+_QWEN2_15B = Shape("1.5B", 28, 1536, 12, 2, 151936, 8960)
+_LLAMA3_8B = Shape("8.0B", 32, 4096, 32, 8, 128256, 14336)
+_DEEPSEEK_7B = Shape("6.9B", 30, 4096, 32, 32, 102400, 11008)
 
 SHAPES: dict[str, Shape] = {
     "qwen2-0.5b": _QWEN2_05B,
     "qwen2.5-0.5b": _QWEN2_05B,
     "qwen2-1.5b": _QWEN2_15B,
     "qwen2.5-1.5b": _QWEN2_15B,
-    "qwen2.5-3b": Shape("3.1B", 36, 2048, 16, 2, 151936),
+    "qwen2.5-3b": Shape("3.1B", 36, 2048, 16, 2, 151936, 11008),
     "qwen2-7b": _QWEN2_7B,
     "qwen2.5-7b": _QWEN2_7B,
     "qwen2.5-math-7b": _QWEN2_7B,
-    "qwen2.5-14b": Shape("14.7B", 48, 5120, 40, 8, 152064),
-    "qwen2.5-32b": Shape("32.8B", 64, 5120, 40, 8, 152064),
-    "qwen2-72b": Shape("72.7B", 80, 8192, 64, 8, 152064),
-    "qwen2.5-72b": Shape("72.7B", 80, 8192, 64, 8, 152064),
-    "qwen3-4b": Shape("4.0B", 36, 2560, 32, 8, 151936),
-    "qwen3-8b": Shape("8.2B", 36, 4096, 32, 8, 151936),
-    "qwen2.5-vl-7b": Shape("8.3B", 28, 3584, 28, 4, 152064,
+    "qwen2.5-14b": Shape("14.7B", 48, 5120, 40, 8, 152064, 13824),
+    "qwen2.5-32b": Shape("32.8B", 64, 5120, 40, 8, 152064, 27648),
+    "qwen2-72b": Shape("72.7B", 80, 8192, 64, 8, 152064, 29568),
+    "qwen2.5-72b": Shape("72.7B", 80, 8192, 64, 8, 152064, 29568),
+    "qwen3-4b": Shape("4.0B", 36, 2560, 32, 8, 151936, 9728),
+    "qwen3-8b": Shape("8.2B", 36, 4096, 32, 8, 151936, 12288),
+    "qwen2.5-vl-7b": Shape("8.3B", 28, 3584, 28, 4, 152064, 18944,
                            "the language model's shape; the vision tower's 0.7B parameters are in params only"),
     "meta-llama-3-8b": _LLAMA3_8B,
     "llama-3-8b": _LLAMA3_8B,

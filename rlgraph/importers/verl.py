@@ -394,13 +394,15 @@ class _Importer:
             if shape.note:
                 block.comments.append(shape.note)
             block.set("params", _Name(shape.params))
-            for key in ("layers", "hidden", "heads", "kv_heads", "vocab"):
+            for key in ("layers", "hidden", "heads", "kv_heads", "vocab", "intermediate"):
                 block.set(key, getattr(shape, key))
         else:
             block.comments.append("a model the importer does not know: add params, layers, hidden, heads, "
-                                  "kv_heads and vocab for the memory estimate, or have config.json at the path")
+                                  "kv_heads, vocab and intermediate for the memory estimate, or have config.json "
+                                  "at the path")
             self.warnings.append(f"model {name}: the shape of `{path}` is unknown to the importer; the memory "
-                                 "estimate needs params/layers/hidden/heads/kv_heads/vocab or a config.json")
+                                 "estimate needs params/layers/hidden/heads/kv_heads/vocab/intermediate or a "
+                                 "config.json")
         self.blocks[f"model:{name}"] = block
 
     # -- roles --

@@ -157,7 +157,7 @@ def model_shape(model: Decl, base: Path) -> ModelShape:
         kv_heads=model.get("kv_heads") or cfg.get("num_key_value_heads") or heads,
         head_dim=head_dim,
         vocab=model.get("vocab") or cfg.get("vocab_size"),
-        intermediate=cfg.get("intermediate_size"),
+        intermediate=model.get("intermediate") or cfg.get("intermediate_size"),
         tied=bool(cfg.get("tie_word_embeddings", False)),
         source=source if not model.is_set("params") else "spec",
     )

@@ -383,6 +383,8 @@ BLOCKS: dict[str, BlockSchema] = {
         "heads": Key(Int(min=1), "attention heads"),
         "kv_heads": Key(Int(min=1), "key/value heads (GQA); defaults to heads"),
         "vocab": Key(Int(min=1), "vocabulary size"),
+        "intermediate": Key(Int(min=1), "the MLP's inner size (config.json's intermediate_size), for the "
+                            "activation estimate; else derived from params, which is off for tied embeddings"),
     }),
     "pool": BlockSchema("a set of identical nodes and their devices", keys={
         "nodes": Key(Int(min=1, max=MAX_NODES), "number of nodes", required=True),

@@ -5,6 +5,7 @@ depend on lengths, that does not fit stays an error."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from rlgraph.cli import main
@@ -79,3 +80,29 @@ def test_what_does_not_depend_on_lengths_not_fitting_stays_an_error(tmp_path):
     d = only(diagnostics, "out-of-memory")
     assert d.hints[0].startswith("`actor`'s training state alone is 16 bytes per parameter")
     assert "memory-at-full-length" not in codes(diagnostics)
+
+
+def test_a_tied_models_mlp_size_comes_from_intermediate_not_from_params(tmp_path):
+    """Qwen2.5-0.5B ties its embeddings: what params leaves for the MLPs after two embedding matrices is far
+    below its intermediate_size (4864), so without `intermediate` its activations are under-stated. The model
+    block's key gives what its config.json would."""
+    shape = 'params = 494M  layers = 24  hidden = 896  heads = 14  kv_heads = 2  vocab = 151936'
+    config = {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896, "num_attention_heads": 14,
+              "num_key_value_heads": 2, "vocab_size": 151936, "intermediate_size": 4864,
+              "tie_word_embeddings": True}
+    (tmp_path / "qwen05b").mkdir()
+    (tmp_path / "qwen05b" / "config.json").write_text(json.dumps(config))
+
+    def update_items(model: str, name: str) -> dict[str, int]:
+        text = spec("pool gpus { nodes = 1  devices_per_node = 1  device = gpu  memory = 80GiB }\n"
+                    "role actor { model = policy  pool = gpus  dtype = bf16  micro_batch = 4 }\n"
+                    "role rollout { colocate = actor  n = 2  max_new_tokens = 512 }",
+                    model=f"model policy {{ {model} }}", data="batch_size = 8  max_prompt_length = 512")
+        plan, _ = plan_text(tmp_path, text, name=name)
+        return plan.memory[0].breakdown
+
+    derived = update_items(f'path = "Qwen/Qwen2.5-0.5B"  {shape}', "derived.rl")
+    written = update_items(f'path = "Qwen/Qwen2.5-0.5B"  {shape}  intermediate = 4864', "written.rl")
+    from_config = update_items('path = "qwen05b"', "config.rl")
+    assert written["actor/activations"] == from_config["actor/activations"]
+    assert derived["actor/activations"] < 0.9 * written["actor/activations"]
