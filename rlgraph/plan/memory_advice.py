@@ -95,6 +95,8 @@ def _candidates(program: Program, pool: str) -> list[Change]:
                 if lower < fraction:
                     out.append(Change(f"`memory_fraction = {lower}` on `{n}`", (("role", n, "memory_fraction", lower),),
                                       0))
+        elif role.kind == "rollout":  # hf: the KV cache of the sequences it generates at once
+            out += _generation_limits(program, role)
         elif role.kind in ("ref", "reward_model"):
             if role.get("dtype", "fp32") == "fp32":
                 out.append(Change(f"`dtype = bf16` on `{n}`", (("role", n, "dtype", "bf16"),), 2))
@@ -126,6 +128,23 @@ def _token_budgets(program: Program, role) -> list[Change]:
             for rows in (64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1) if rows * length < below]
 
 
+def _generation_limits(program: Program, role) -> list[Change]:
+    """Scheduler limits for an hf rollout (`max_sequences`: the batch generated in chunks), largest first: its
+    KV cache is that of one chunk. Each chunk is a pass of its own, so a smaller one costs generation time."""
+    from rlgraph.plan.memory import step_shape  # memory.py imports this module
+
+    step = step_shape(program)
+    at_once = -(-(step.batch or 0) * step.n // max(_dp(program, role), 1))
+    limit = role.get("max_sequences") or at_once
+    out, size = [], at_once // 2
+    while size >= 1:
+        if size < limit:
+            out.append(Change(f"`max_sequences = {size}` on `{role.name}` (the batch generated {size} sequences at "
+                              "a time)", (("role", role.name, "max_sequences", size),), 0))
+        size //= 2
+    return out
+
+
 def verified_fixes(program: Program, pool: str, fits: Callable[[Program, str], bool]) -> list[str]:
     """Changes that make `pool` fit when the estimate is run again on them, smallest first."""
     return [f"fits with {change.text}" for change in verified_changes(program, pool, fits)]
@@ -145,10 +164,12 @@ def verified_changes(program: Program, pool: str, fits: Callable[[Program, str],
             seen_roles_keys.add(key)
     if not found:  # two changes together
         for a, b in itertools.combinations(sorted(candidates, key=lambda c: c.cost), 2):
-            if {e[:3] for e in a.edits} & {e[:3] for e in b.edits}:
-                continue
+            keys = frozenset(e[:3] for e in a.edits + b.edits)
+            if {e[:3] for e in a.edits} & {e[:3] for e in b.edits} or keys in seen_roles_keys:
+                continue  # the same two settings again: the first (largest) values that fit are enough
             if fits(_apply(program, a.edits + b.edits), pool):
                 found.append(Change(f"{a.text} and {b.text}", a.edits + b.edits, a.cost + b.cost))
+                seen_roles_keys.add(keys)
             if len(found) >= MAX_FIXES:
                 break
     return found[:MAX_FIXES]

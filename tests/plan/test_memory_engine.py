@@ -95,6 +95,8 @@ def test_kv_advice_never_says_tp_when_tp_does_not_shrink_it(tmp_path):
     _, diagnostics = plan_text(tmp_path, text)
     d = only(diagnostics, "out-of-memory")  # hf's cache grows to the batch's longest row: not a worst case
     assert not any("tp" in h for h in d.hints) and not any("raise `replicas`" in h for h in d.hints)
+    # what does shrink it: generating the batch in chunks (each fix printed was planned again and fits)
+    assert any("`max_sequences = 128` on `rollout`" in h for h in d.hints), d.hints
 
 
 def test_lora_3b_on_two_devices_fits():
