@@ -18,11 +18,13 @@ def test_a_stage_runs_its_calls_on_separate_pools_concurrently(ray_session, arit
     with Started(plan, process_class=FaultyDeviceProcess) as started:
         groups = started.lowered.groups
         assert {m.process for m in groups["ref"].members}.isdisjoint({m.process for m in groups["critic"].members})
-        ray.get([groups["ref"].members[0].handle.set_delay.remote("ref", "log_prob", 1.0),
-                 groups["critic"].members[0].handle.set_delay.remote("critic", "values", 1.0)])
+        ray.get([groups["ref"].members[0].handle.set_delay.remote("ref", "log_prob", 2.0),
+                 groups["critic"].members[0].handle.set_delay.remote("critic", "values", 2.0)])
         driver = StepDriver(plan, started.lowered, started.specs, DriverCalls(plan, started.prepared.rewards))
         prompts = [started.prepared.train[i] for i in range(16)]
         result = driver.run(1, prompts)
-    assert result.timing["ref"] >= 1.0 and result.timing["values"] >= 1.0  # each call really took its second
+    assert result.timing["ref"] >= 2.0 and result.timing["values"] >= 2.0  # each call really took its 2 s
     stage_s = result.stages[plan.schedule.index(stage)]
-    assert stage_s < 1.6, f"the stage took {stage_s:.2f} s: its calls ran one after the other"
+    # one after the other: at least 4 s; together: 2 s and the stage's own work (a second of slack for a busy
+    # shared machine, where 0.6 s was once not enough)
+    assert stage_s < 3.0, f"the stage took {stage_s:.2f} s: its calls ran one after the other"

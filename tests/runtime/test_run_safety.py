@@ -188,9 +188,10 @@ def test_ctrl_c_checkpoints_the_step_in_progress_and_the_printed_command_trains_
 
 
 def test_a_second_ctrl_c_stops_at_once_and_names_the_last_checkpoint(run_cli, tmp_path):
-    # steps of a few seconds: both presses land in the same step
+    # steps of several seconds: both presses land in the same step (256 prompts a step once let the step end
+    # before the second press, whose sender waits up to Ray's one-second look at signals for the first)
     with ctrl_c(tmp_path, after_step=1, times=2) as sent:
-        code, out = run_cli(SPEC, "--output", tmp_path, *fast(steps=3, batch_size=256, checkpoint_every=1))
+        code, out = run_cli(SPEC, "--output", tmp_path, *fast(steps=3, batch_size=512, checkpoint_every=1))
         returned = time.monotonic()
     assert code == 130, out
     assert len(sent) == 2 and sent[1][0] == 1, (sent, out)
