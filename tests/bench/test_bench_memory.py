@@ -4,24 +4,17 @@ what the doc renders: four configurations, each with its measured peak and the p
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
-
-import background_jobs as background
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@background.job
-def memory_smoke(workdir: Path):
-    out = workdir / "memory.json"
-    done = background.run([sys.executable, "bench/bench_memory.py", "--smoke", "--output", str(out)], cwd=ROOT,
-                          timeout=600)
-    return done, out
-
-
-def test_memory_bench_smoke():
-    done, out = background.result(__name__)
+def test_memory_bench_smoke(tmp_path):
+    out = tmp_path / "memory.json"
+    done = subprocess.run([sys.executable, "bench/bench_memory.py", "--smoke", "--output", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(out.read_text())
     configs = result["configs"]

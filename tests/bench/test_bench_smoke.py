@@ -2,8 +2,7 @@
 
 Not timed tests: they prove that `make bench` would not die on a renamed function or a changed
 metric name. The scripts run at once (in parallel, each in its own process, each with its own
-private Ray instance where it needs one), in the background while the rest of the suite runs
-(tests/background_jobs.py).
+private Ray instance where it needs one), so the module takes about as long as the slowest one.
 The TRL smoke run is skipped when bench/.venv-trl is absent (`make bench` creates it).
 """
 
@@ -18,8 +17,6 @@ from pathlib import Path
 
 import pytest
 
-import background_jobs as background
-
 ROOT = Path(__file__).resolve().parents[2]
 TRL_VENV = ROOT / "bench" / ".venv-trl"
 
@@ -32,8 +29,9 @@ SMOKE = {
 }
 
 
-@background.job
-def run_smokes(out: Path) -> dict:
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("bench")
     started = time.perf_counter()
     running = {}
     env = dict(os.environ, RLGRAPH_BENCH_RUN_ID="smoke-test")  # one run, as run_all.py makes it
@@ -41,18 +39,13 @@ def run_smokes(out: Path) -> dict:
         if name == "trl" and not (TRL_VENV / ".complete").exists():
             continue
         log = open(out / f"{name}.log", "w")
-        running[name] = (background.popen([sys.executable, *args, "--output", str(out / f"{name}.json")], cwd=ROOT,
+        running[name] = (subprocess.Popen([sys.executable, *args, "--output", str(out / f"{name}.json")], cwd=ROOT,
                                           stdout=log, stderr=subprocess.STDOUT, env=env), log)
     codes = {}
     for name, (process, log) in running.items():
         codes[name] = process.wait(timeout=300)
         log.close()
     return {"dir": out, "codes": codes, "seconds": time.perf_counter() - started}
-
-
-@pytest.fixture(scope="module")
-def smoke_runs():
-    return background.result(__name__)
 
 
 def _result(runs, name: str) -> dict:

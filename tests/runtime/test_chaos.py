@@ -2,36 +2,27 @@
 workers once (SIGKILL, one of them inside a checkpoint write), and the run must end as if nothing had happened:
 it finishes, every checkpoint verifies against its manifest, each step's metrics line is there exactly once,
 and the final weights equal an uninterrupted run's bit for bit. Two runs with their own local Ray (~70 s on an
-idle machine, in the background while the rest of the suite runs: tests/background_jobs.py); `make bench`
-runs the long version.
+idle machine); `make bench` runs the long version.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
-from pathlib import Path
-
-import background_jobs as background
 
 from .helpers import REPO
 
 STEPS = 4
 
 
-@background.job
-def chaos(workdir: Path):
-    result_file = workdir / "chaos.json"
+def test_a_run_whose_driver_and_worker_are_killed_ends_as_if_never_killed(arith_model, tmp_path):
+    result_file = tmp_path / "chaos.json"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    done = background.run([sys.executable, "bench/chaos.py", "--kills", "2", "--steps", str(STEPS),
-                           "--workdir", str(workdir / "runs"), "--output", str(result_file)],
-                          cwd=REPO, env=env, timeout=900)
-    return done, result_file
-
-
-def test_a_run_whose_driver_and_worker_are_killed_ends_as_if_never_killed():
-    done, result_file = background.result(__name__)
+    done = subprocess.run([sys.executable, "bench/chaos.py", "--kills", "2", "--steps", str(STEPS),
+                           "--workdir", str(tmp_path / "runs"), "--output", str(result_file)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     out = done.stdout[-4000:] + done.stderr[-4000:]
     assert result_file.exists(), out
     result = json.loads(result_file.read_text())

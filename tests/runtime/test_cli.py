@@ -1,5 +1,4 @@
-"""`rlgraph run` in a subprocess, as a user types it: its own local Ray (run in the background while the rest
-of the suite runs: tests/background_jobs.py), or a cluster's address."""
+"""`rlgraph run` in a subprocess, as a user types it: its own local Ray, or a cluster's address."""
 
 from __future__ import annotations
 
@@ -7,9 +6,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-import background_jobs as background
 
 from .helpers import REPO, fast, read_metrics
 
@@ -20,15 +16,8 @@ def rlgraph(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-@background.job
-def private_ray_run(workdir: Path):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return background.run([sys.executable, "-m", "rlgraph.cli", "run", "specs/grpo_arith.rl", "--output",
-                           str(workdir), *fast(steps=1)], cwd=REPO, env=env, timeout=300), workdir
-
-
-def test_run_starts_and_stops_a_private_local_ray():
-    done, tmp_path = background.result(__name__)
+def test_run_starts_and_stops_a_private_local_ray(arith_model, tmp_path):
+    done = rlgraph("specs/grpo_arith.rl", "--output", tmp_path, *fast(steps=1))
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "ray: local (127.0.0.1:" in out  # started here, bound to the loopback interface

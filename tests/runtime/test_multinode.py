@@ -1,37 +1,28 @@
 """Multi-node on one machine: a simulated 2-node Ray cluster (in a subprocess, since this session already
 holds a Ray connection), the policy pool spread over both nodes and a reward model on a pool of its own;
 2 steps; every replica ran on the node and bundle the Plan gave it, data-parallel ranks are ordered by
-node; then `rlgraph run --address` on that running cluster leaves it running with every CPU free.
-All of it in the background while the rest of the suite runs (tests/background_jobs.py)."""
+node; then `rlgraph run --address` on that running cluster leaves it running with every CPU free."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
-from pathlib import Path
-
-import background_jobs as background
 
 from .helpers import REPO, fast, read_metrics
 
 SPEC = REPO / "tests" / "runtime" / "specs" / "ppo_arith_rm.rl"
 
 
-@background.job
-def two_nodes(workdir: Path):
-    rm = workdir / "rm"
+def test_two_simulated_nodes_run_every_replica_where_the_plan_put_it(arith_model, tmp_path):
+    rm = tmp_path / "rm"
     overrides = ["-s", "main.nodes=2", "-s", "actor.replicas=2", "-s", f'scorer.path="{rm}"']
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    done = background.run(
-        [sys.executable, "-m", "tests.runtime.multinode_run", str(SPEC), str(workdir / "run"), "--reward-model",
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.runtime.multinode_run", str(SPEC), str(tmp_path / "run"), "--reward-model",
          str(rm), *fast(steps=2, batch_size=16), *overrides],
-        cwd=REPO, env=env, timeout=300)
-    return done, workdir
-
-
-def test_two_simulated_nodes_run_every_replica_where_the_plan_put_it():
-    done, tmp_path = background.result(__name__)
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])

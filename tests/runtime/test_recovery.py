@@ -10,18 +10,14 @@ import threading
 import time
 from pathlib import Path
 
-import background_jobs as background
-
 from rlgraph.runtime.watchdog import descendants
 
 
 def _device_processes() -> list[int]:
     """This test session's Ray worker processes that host a run's roles (descendants of this process only:
-    other Ray instances on the machine, the background jobs' among them, are not ours to touch)."""
+    other Ray instances on the machine are not ours to touch)."""
     found = []
     for pid in descendants(os.getpid()):
-        if background.started_by_a_job(pid):
-            continue
         try:
             if b"DeviceProcess" in (Path("/proc") / str(pid) / "cmdline").read_bytes():
                 found.append(pid)

@@ -15,6 +15,7 @@ from rlgraph.workers import CriticWorker, PolicyWorker
 from rlgraph.workers.activations import transformer_blocks
 
 from .helpers import (actor_settings, critic_settings, critic_update_settings, forward_settings, generate_settings,
+from tests.tolerances import FP32_AFTER_UPDATE
                       log_prob_settings, make_items, update_settings)
 
 PROMPTS = ["12+34=", "5+6=", "7=", "99+1="]
@@ -131,6 +132,6 @@ def test_checkpointing_composes_with_fsdp_applied_after_it(tiny_model_dir, token
         state = actor.state_dict()
         assert list(state) == list(plain.state_dict())
         for name, value in plain.state_dict().items():
-            torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(state[name], value, **FP32_AFTER_UPDATE)
     finally:
         dist.destroy_process_group()

@@ -16,6 +16,7 @@ from rlgraph.workers.engines.hf import HFEngine
 from rlgraph.workers.policy import PolicyWorker
 
 from .helpers import EOS, PAD, actor_settings, generate_settings, log_prob_settings, make_items
+from tests.tolerances import FP32_REORDERED
 
 VOCAB = 152064
 STEP = VOCAB * 4  # bytes of one position's float32 logits
@@ -112,13 +113,13 @@ def test_chunked_values_and_gradients_equal_the_whole_tensor_formula(dtype):
     for chunk_tokens in (3, 7, 1000):  # 1, 2 and all positions per chunk
         got = run(lambda x: chunked.token_log_probs(x, tokens, 0.7, with_entropy=True, chunk_tokens=chunk_tokens))
         for a, b in zip(got, expected):
-            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(a, b, **FP32_REORDERED)
     # without entropy_grad the entropy is a value only: the gradient is the log-prob's alone
     leaf = logits.clone().requires_grad_(True)
     log_prob, entropy = chunked.token_log_probs(leaf, tokens, 0.7, with_entropy=True, entropy_grad=False,
                                                 chunk_tokens=7)
     assert not entropy.requires_grad
-    torch.testing.assert_close(entropy, expected[1], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(entropy, expected[1], **FP32_REORDERED)
 
 
 def test_log_prob_holds_a_chunk_of_float32_logits_not_the_whole_batch(actor, tokenizer, monkeypatch):
@@ -135,7 +136,7 @@ def test_log_prob_holds_a_chunk_of_float32_logits_not_the_whole_batch(actor, tok
     assert peak < model_logits + 8 * chunk, (peak, model_logits, chunk)
     with torch.no_grad():
         expected = whole_tensor(actor.response_logits(rollout), rollout.responses, 0.7)
-    torch.testing.assert_close(log_prob, expected[0], rtol=0, atol=1e-6)
+    torch.testing.assert_close(log_prob, expected[0], **FP32_REORDERED)
     torch.testing.assert_close(entropy, expected[1], rtol=0, atol=1e-5)
 
 

@@ -6,6 +6,7 @@ import torch
 from .helpers import actor_settings, generate_settings, log_prob_settings, make_items, ref_settings, update_settings
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.policy import PolicyWorker
+from tests.tolerances import FP32_AFTER_UPDATE
 
 PROMPTS = ["12+34=", "5+6=", "7=", "99+1="]
 
@@ -99,7 +100,7 @@ def test_micro_batches_accumulate_to_the_mini_batch_gradient(tiny_model_dir, tok
     assert m_full["actor/grad_norm"] == pytest.approx(m_micro["actor/grad_norm"], rel=1e-4)
     after = [w.state_dict() for w in workers]
     for name in after[0]:
-        torch.testing.assert_close(after[0][name], after[1][name], atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(after[0][name], after[1][name], **FP32_AFTER_UPDATE)
 
 
 def test_kl_loss_and_entropy_bonus(actor, rollout, tiny_model_dir):
