@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from rlgraph.contract.engines import ENGINES
 from rlgraph.importers.launch import Launch, Setting
 from rlgraph.importers.models import shape_of
 
@@ -524,8 +525,8 @@ class _Importer:
         block = _Block("role rollout")
         block.set("colocate", _Name("actor"))
         engine = cfg.str(f"{r}.name", "vllm")
-        if engine not in ("vllm", "sglang", "hf"):
-            self._note("rollout", f"{r}.name", "rlgraph's engines are hf, sglang and vllm; imported as vllm",
+        if engine not in ENGINES:
+            self._note("rollout", f"{r}.name", f"rlgraph's engines are {', '.join(sorted(ENGINES))}; imported as vllm",
                        warn=True)
             engine = "vllm"
         block.set("engine", _Name(engine), _source(cfg, f"{r}.name", default="vllm, the engine of most launches"))

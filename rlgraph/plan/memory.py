@@ -52,9 +52,10 @@ from pathlib import Path
 from rlgraph.compiler.topology import model_of, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.diagnostics.codes import CODES
+from rlgraph.contract.engines import EngineFacts, engine_facts
 from rlgraph.plan.memory_activations import Pass, activation_bytes, backward_peak
 from rlgraph.plan.memory_advice import first_cause, verified_fixes
-from rlgraph.plan.memory_engine import PAGED_ENGINES, EngineBudget, kv_bytes_per_token
+from rlgraph.plan.memory_engine import EngineBudget, kv_bytes_per_token
 from rlgraph.plan.model import MemoryRow, Placement, PoolPlan, RolePlan
 from rlgraph.plan.placement import place
 from rlgraph.plan.view import format_bytes
@@ -66,7 +67,6 @@ MASTER_BYTES = 4  # a trained role's params and grads are fp32 in every dtype (i
 ADAM_BYTES = 8  # fp32 first and second moments (m, v)
 TRAINED = ("actor", "critic")
 FROZEN = ("ref", "reward_model")
-IN_PLACE_ENGINES = ("hf",)  # generate with the colocated actor's own module: no second copy of the weights
 
 # Shapes of the built-in models, as the config.json their build scripts write.
 # `builtin:arith-gpt`: rlgraph/models/build_arith_gpt.py (Architecture) with the
@@ -175,13 +175,17 @@ def _strategy(program: Program, role: Decl) -> str:
     return root.get("strategy", "ddp") if root is not role and root.kind in TRAINED else "ddp"
 
 
+def _engine(rollout: Decl) -> EngineFacts:
+    return engine_facts(rollout.get("engine"))  # the schema admits only the contract's engine names
+
+
 def shares_actor_weights(program: Program, role: Decl) -> bool:
     """An hf rollout colocated with the actor whose model it generates with reads the actor's weights in place.
 
-    Other engines (sglang) load the weights into their own memory, so they hold a copy even when colocated.
+    Other engines (sglang, vllm) load the weights into their own memory, so they hold a copy even when colocated.
     """
     root = root_of(program, role)
-    return (role.kind == "rollout" and role.get("engine", "hf") in IN_PLACE_ENGINES
+    return (role.kind == "rollout" and _engine(role).in_place
             and role.get("colocate") is not None and root is not role
             and root.kind == "actor" and model_of(program, role) == root.get("model"))
 
@@ -416,7 +420,7 @@ def _rollout_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShap
         return
     sequences = _ceil_div((step.batch or 0) * step.n, max(plan.replicas, 1))
     limit = role.get("max_sequences")
-    if role.get("engine", "hf") in PAGED_ENGINES and capacity is not None and weights is not None:
+    if _engine(role).paged and capacity is not None and weights is not None:
         need.budget = EngineBudget(capacity, role.get("memory_fraction", 0.5), weights,
                                    kv_cache_bytes(shape, prompt_length=step.prompt, new_tokens=step.response,
                                                   sequences=1, dtype=dtype, tp=plan.tp), step.length, sequences,

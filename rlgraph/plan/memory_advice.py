@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Callable
 
 from rlgraph.compiler.topology import root_of
+from rlgraph.contract.engines import engine_facts
 from rlgraph.plan.model import MemoryRow, RolePlan
 from rlgraph.plan.view import format_bytes
 from rlgraph.spec.program import Program
@@ -89,7 +90,7 @@ def _candidates(program: Program, pool: str) -> list[Change]:
                 fsdp = () if role.get("strategy") == "fsdp" else (("role", n, "strategy", "fsdp"),)
                 out.append(Change(f"`param_offload = true`{' and `strategy = fsdp`' * bool(fsdp)} on `{n}`",
                                   fsdp + (("role", n, "param_offload", True),), 5))
-        elif role.kind == "rollout" and role.get("engine") in ("sglang", "vllm"):
+        elif role.kind == "rollout" and engine_facts(role.get("engine")).paged:
             fraction = role.get("memory_fraction", 0.5)
             for lower in (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2):
                 if lower < fraction:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-PAGED_ENGINES = ("sglang", "vllm")
-
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int, tp: int = 1) -> int:
     """K and V of one token on one device: 2 x layers x ceil(kv_heads / tp) x head_dim x bytes."""

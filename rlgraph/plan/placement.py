@@ -22,12 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rlgraph.compiler.topology import dp_size, model_of, root_of, tp_of
+from rlgraph.contract.engines import engine_facts
 from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.plan.model import Placement, PoolPlan, RolePlan
 from rlgraph.plan.resolve import role_settings
 from rlgraph.spec.program import Decl, Program
 
-GPU_ONLY_ENGINES = ("sglang", "vllm")
 _SEARCH_STEPS = 64  # how far past its lower bound a hint's search for nodes / devices per node goes
 
 
@@ -234,17 +234,20 @@ def _place_colocated(program: Program, role: Decl, root: Decl, root_placements: 
 
 def _engine_check(program: Program, role: Decl, pools: dict[str, _Pool]) -> list[Diagnostic]:
     engine = role.get("engine")
-    if role.kind != "rollout" or engine not in GPU_ONLY_ENGINES:
-        return []
+    facts = engine_facts(engine) if role.kind == "rollout" else None
     pool = pools.get(root_of(program, role).get("pool"))
-    if pool is None or pool.decl.get("device") != "cpu":
+    if facts is None or pool is None:
         return []
+    device = pool.decl.get("device", "cpu")
+    if device in facts.devices:
+        return []
+    runs_on = " or ".join(f"{d.upper()}s" for d in facts.devices)
     via = "" if role.get("pool") else f" (through `colocate`, it runs on the devices of `{root_of(program, role).name}`)"
-    return [error("placement", f"`{role.name}` uses engine `{engine}`, which needs GPUs, but pool "
-                  f"`{pool.decl.name}` has device = cpu{via}", role.span_of("engine"),
-                  "use `engine = hf` on CPU, or place the rollout on a pool with `device = gpu`",
-                  label="GPU only",
-                  notes=[(f"pool `{pool.decl.name}` is a cpu pool", pool.decl.span_of("device"))])]
+    return [error("placement", f"`{role.name}` uses engine `{engine}`, which needs {runs_on}, but pool "
+                  f"`{pool.decl.name}` has device = {device}{via}", role.span_of("engine"),
+                  f"use `engine = hf` on {device.upper()}, or place the rollout on a pool with "
+                  f"`device = {facts.devices[0]}`", label=f"{' or '.join(d.upper() for d in facts.devices)} only",
+                  notes=[(f"pool `{pool.decl.name}` is a {device} pool", pool.decl.span_of("device"))])]
 
 
 def place(program: Program) -> tuple[list[PoolPlan], list[RolePlan], list[Placement], list[Diagnostic]]:

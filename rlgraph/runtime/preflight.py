@@ -62,8 +62,10 @@ def _check_supported(plan: Plan, starting_locally: bool) -> None:
     if not generates:
         raise PreflightError("the step never generates: it has no `generate` call")
     # A plan.json is run without the compiler's checks: the engine's own capabilities decide.
+    from rlgraph.contract.engines import max_tp_on
     from rlgraph.workers.engines import ENGINES, engine_class
 
+    device_of = {p.name: p.device for p in plan.pools}
     for role in plan.roles:
         if role.kind != "rollout":
             continue
@@ -75,10 +77,11 @@ def _check_supported(plan: Plan, starting_locally: bool) -> None:
             engine.check_installed()
         except ImportError as err:
             raise PreflightError(f"role `{role.name}`: {err}") from None
-        max_tp = engine.capabilities.max_tp
+        device = next((device_of[p.pool] for p in plan.placements_of(role.name)), "cpu")
+        max_tp = max_tp_on(engine.capabilities, device)
         if role.tp > max_tp:
             raise PreflightError(f"role `{role.name}` has tp = {role.tp}; the {role.settings.engine} engine runs at "
-                                 f"most {max_tp} device(s) per replica (code tp-not-implemented)")
+                                 f"most {max_tp} device(s) per replica on {device} pools (code tp-not-implemented)")
     if starting_locally:
         gpus = sum(p.nodes * p.devices_per_node for p in plan.pools if p.device == "gpu"
                    and any(pl.pool == p.name for pl in plan.placements))

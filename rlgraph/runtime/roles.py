@@ -20,13 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rlgraph.contract.engines import ENGINES
 from rlgraph.contract.methods import WORKERS
 from rlgraph.contract.rollouts import trained_generate
 from rlgraph.plan.model import CallPlan, Plan, RolePlan
 
 ALIAS = "alias"  # a rollout that generates with `alias_of`'s module in place
-# Engines that can generate with a trainer's module in place; any other loads a copy of its own, even colocated
-IN_PLACE_ENGINES = ("hf",)
 BASE = "base"  # a ref that scores with the module of `alias_of` (a LoRA actor) with its adapters off
 
 
@@ -97,7 +96,8 @@ def lora_base_of(plan: Plan, ref: RolePlan, processes_of: dict[str, set[str]]) -
 def _colocated_policy(plan: Plan, rollout: RolePlan, processes_of: dict[str, set[str]]) -> str | None:
     """The policy role whose module a rollout can generate with in place: the role that syncs into it
     (else the actor) when every rollout replica shares a process with a replica of it."""
-    if rollout.settings.engine not in IN_PLACE_ENGINES:
+    # an engine that is not in place (vllm, sglang) loads a copy of its own, even colocated
+    if not ENGINES[rollout.settings.engine].in_place:
         return None
     candidates = [sync_source(plan, rollout.name)] + [r.name for r in plan.roles if r.kind == "actor"]
     for name in candidates:

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlgraph.contract.engines import DEFAULT_ENGINE, ENGINES
 from rlgraph.spec import ast
 
 SUPPORTED_VERSIONS = (1,)
@@ -354,8 +355,9 @@ ROLE_KEYS: dict[str, dict[str, Key]] = {
                      "retokenize": Key(Bool(), "decode the responses and tokenize the text with the reward "
                                        "model's own tokenizer (a reward model of another model family)", False)},
     "rollout": {**_MODEL, **_PLACEMENT,
-                "engine": Key(Choice(("hf", "sglang", "vllm")), "generation engine: hf (CPU/GPU) or sglang (GPU); "
-                              "vllm is planned and checked but not run (verl: actor_rollout_ref.rollout.name)", "hf"),
+                "engine": Key(Choice(tuple(ENGINES)), "generation engine: " + ", ".join(
+                    f"{e.name} ({'/'.join(d.upper() for d in e.devices)})" for e in ENGINES.values())
+                    + " (verl: actor_rollout_ref.rollout.name)", DEFAULT_ENGINE),
                 "n": Key(Int(min=1, max=4096), "samples per prompt", 1),
                 "temperature": Key(Float(min=0.0), "sampling temperature (0 = greedy)", 1.0),
                 "top_p": Key(Float(0.0, 1.0, min_exclusive=True), "nucleus sampling mass, in (0, 1]", 1.0),

@@ -31,10 +31,9 @@ def test_registry_names_every_engine_by_its_capabilities():
     for name in ENGINES:
         capabilities = engine_class(name).capabilities
         assert isinstance(capabilities, EngineCapabilities) and capabilities.name == name
-    assert HFEngine.capabilities == EngineCapabilities("hf", max_tp=1, kept_log_probs=True, memory_fraction=False,
-                                                       release_memory=True)
-    with pytest.raises(ValueError, match="unknown rollout engine 'vllm'; this runtime has: hf, sglang"):
-        engine_class("vllm")
+    assert HFEngine.capabilities is ENGINES["hf"] and HFEngine.capabilities.in_place
+    with pytest.raises(ValueError, match="unknown rollout engine 'nope'; this runtime has: hf, sglang, vllm"):
+        engine_class("nope")
 
 
 def test_reading_the_registry_imports_no_torch():

@@ -73,8 +73,8 @@ def test_release_and_resume_through_the_worker(rollout_worker, tokenizer):
 
 
 def test_bad_settings_are_clear_errors(tiny_model_dir, rollout_worker, tokenizer):
-    with pytest.raises(ValueError, match="unknown rollout engine 'vllm'"):
-        RolloutWorker(tiny_model_dir, rollout_settings(engine="vllm"), seed=0)
+    with pytest.raises(ValueError, match="unknown rollout engine 'nope'"):
+        RolloutWorker(tiny_model_dir, rollout_settings(engine="nope"), seed=0)
     with pytest.raises(ValueError, match="memory_fraction must be in"):
         RolloutWorker(tiny_model_dir, rollout_settings(memory_fraction=1.5), seed=0)
     with pytest.raises(ValueError, match="at least one prompt"):

@@ -11,8 +11,9 @@ from collections.abc import Iterable, Mapping
 
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.compiler.passes._common import quoted
-from rlgraph.compiler.runtime_support import ENGINES, IN_PLACE_ENGINES, ROLE_KINDS, EngineSupport
+from rlgraph.compiler.runtime_support import ENGINES, ROLE_KINDS, EngineSupport
 from rlgraph.compiler.topology import dp_size, model_of, root_of
+from rlgraph.contract.engines import max_tp_on
 from rlgraph.diagnostics import Diagnostic, warning
 from rlgraph.spec.program import Decl, Program
 from rlgraph.spec.schema import TRAINED_KINDS
@@ -55,12 +56,16 @@ def _rollout(program: Program, graph: StepGraph, role: Decl, engines: Mapping[st
                         f"(engines: {quoted(engines)})", label="not implemented")]
     out = []
     tp = role.get("tp", 1)
-    if tp > engine.max_tp:
+    pool = program.pools.get(root_of(program, role).get("pool"))
+    device = pool.get("device", "cpu") if pool is not None else "cpu"
+    max_tp = max_tp_on(engine, device)
+    if tp > max_tp:
         instead = ("remove `tp`: colocated, the rollout then has a replica on every device it shares"
                    if role.get("colocate") is not None else
-                   f"set `tp = {engine.max_tp}` and `replicas = {role.get('replicas', 1) * tp}` for the same devices")
-        out.append(warning("tp-not-implemented", f"engine {name} runs a rollout replica on at most {engine.max_tp} "
-                           f"device{'s' * (engine.max_tp != 1)}, but `{role.name}` sets tp = {tp}", role.span_of("tp"),
+                   f"set `tp = {max_tp}` and `replicas = {role.get('replicas', 1) * tp}` for the same devices")
+        on = f" on {device} pools" if max_tp != engine.max_tp else ""
+        out.append(warning("tp-not-implemented", f"engine {name} runs a rollout replica on at most {max_tp} "
+                           f"device{'s' * (max_tp != 1)}{on}, but `{role.name}` sets tp = {tp}", role.span_of("tp"),
                            f"`rlgraph run` refuses the spec; {instead}", label="not implemented"))
     if not engine.kept_log_probs:
         for call in graph.role_calls(role.name, "generate"):
@@ -73,7 +78,7 @@ def _rollout(program: Program, graph: StepGraph, role: Decl, engines: Mapping[st
     if role.is_set("memory_fraction") and not engine.memory_fraction:
         out.append(_ignored(role, "memory_fraction", f"engine {name} takes the memory it needs",
                             "remove `memory_fraction`"))
-    host = _in_place_host(program, graph, role) if name in IN_PLACE_ENGINES else None
+    host = _in_place_host(program, graph, role) if engine.in_place else None
     if host is not None:
         out += _in_place(program, graph, role, host)
     return out

@@ -16,17 +16,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rlgraph.contract.engines import EngineFacts
+
 if TYPE_CHECKING:
     import torch
 
-
-@dataclass(frozen=True)
-class EngineCapabilities:
-    name: str  # registry name, e.g. "hf"
-    max_tp: int  # tensor-parallel devices one replica can span (hf: 1)
-    kept_log_probs: bool  # can return each sampled token's log-prob (hf: True)
-    memory_fraction: bool  # honours the rollout's `memory_fraction` setting (hf: False)
-    release_memory: bool  # can free and re-take its device memory between generations
+# An engine class's `capabilities` are its line of rlgraph/contract/engines.py ENGINES, the one statement of them
+EngineCapabilities = EngineFacts
 
 
 @dataclass(frozen=True)
@@ -66,7 +62,7 @@ class Generation:
 
 
 class Engine(ABC):
-    """A rollout engine. `rlgraph.workers.engines.ENGINES` names every one; adding one = a module + a line there.
+    """A rollout engine. `rlgraph.contract.engines.ENGINES` names every one; adding one = a module + a line there.
 
     Besides the methods, an engine has `tokenizer` (decodes the samples), `pad_token_id` and `eos_token_ids`
     (the ids that end a response: the tokenizer's and the model's end-of-sequence ones).
@@ -158,3 +154,18 @@ def check_weight_names(names: Iterable[str], known: set[str]) -> None:
     if unknown:
         raise ValueError(f"the rollout model has no parameter named {', '.join(unknown[:5])}"
                          f"{' ...' if len(unknown) > 5 else ''}: the weights come from another architecture")
+
+
+def checkpoint_weight_names(model_folder: str) -> set[str] | None:
+    """The parameter names stored in the folder's safetensors files (headers only); None without them."""
+    index = os.path.join(model_folder, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as file:
+            return set(json.load(file)["weight_map"])
+    single = os.path.join(model_folder, "model.safetensors")
+    if os.path.isfile(single):
+        from safetensors import safe_open
+
+        with safe_open(single, framework="pt") as file:
+            return set(file.keys())
+    return None

@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from rlgraph.workers.engines.base import (Engine, EngineCapabilities, Generation, SamplingParams, as_id_list,
+from rlgraph.contract.engines import ENGINES
+from rlgraph.workers.engines.base import (Engine, Generation, SamplingParams, as_id_list,
                                           check_weight_names, pad_token_id, stop_token_ids)
 from rlgraph.workers.rollout import left_pad, mask_after_eos
 
@@ -24,8 +25,7 @@ class HFEngine(Engine):
     refuses to run between `release_memory` and `resume_memory`, so a caller that forgets shows up on CPU too.
     """
 
-    capabilities = EngineCapabilities(name="hf", max_tp=1, kept_log_probs=True, memory_fraction=False,
-                                      release_memory=True)
+    capabilities = ENGINES["hf"]
 
     def __init__(self, module: torch.nn.Module, tokenizer: Any, *, eos_token_id: int | list[int] | None = None,
                  owns_module: bool = False) -> None:

@@ -30,8 +30,9 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rlgraph.workers.engines.base import (Engine, EngineCapabilities, Generation, SamplingParams, check_weight_names,
-                                          pad_token_id, shipped_eos_ids, stop_token_ids)
+from rlgraph.contract.engines import ENGINES
+from rlgraph.workers.engines.base import (Engine, Generation, SamplingParams, check_weight_names,
+                                          checkpoint_weight_names, pad_token_id, shipped_eos_ids, stop_token_ids)
 
 if TYPE_CHECKING:
     import torch
@@ -50,9 +51,7 @@ class SGLangEngine(Engine):
     between training and generation never holds the KV cache; `resume_memory` takes back the rest.
     """
 
-    # max_tp: one node's GPUs; this adapter does not set up SGLang's multi-node tensor parallelism
-    capabilities = EngineCapabilities(name="sglang", max_tp=8, kept_log_probs=True, memory_fraction=True,
-                                      release_memory=True)
+    capabilities = ENGINES["sglang"]
 
     def __init__(self, engine: Any, tokenizer: Any, *, eos_token_ids: list[int], weight_names: set[str] | None,
                  memory_types: Sequence[str]) -> None:
@@ -224,17 +223,3 @@ def generation_from_outputs(outputs: dict | list[dict], stop_ids: list[int], max
         log_probs.append([float(t[0]) for t in triples[:end]])
     return Generation(token_ids, log_probs if with_log_probs else None)
 
-
-def checkpoint_weight_names(model_folder: str) -> set[str] | None:
-    """The parameter names stored in the folder's safetensors files (headers only); None without them."""
-    index = os.path.join(model_folder, "model.safetensors.index.json")
-    if os.path.isfile(index):
-        with open(index, encoding="utf-8") as file:
-            return set(json.load(file)["weight_map"])
-    single = os.path.join(model_folder, "model.safetensors")
-    if os.path.isfile(single):
-        from safetensors import safe_open
-
-        with safe_open(single, framework="pt") as file:
-            return set(file.keys())
-    return None

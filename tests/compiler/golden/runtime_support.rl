@@ -16,7 +16,7 @@ role rollout {
   memory_fraction = 0.3  # W: setting-ignored
   dtype = bf16  # W: setting-ignored
 }
-role sampler { kind = rollout  colocate = actor  engine = vllm  n = 4 }  # W: engine-not-implemented
+role sampler { kind = rollout  colocate = actor  engine = vllm  n = 4 }  # vllm: a copy of its own, dtype honoured
 reward exact { fn = "rlgraph.tasks.arith:exact_match" }
 
 data { train = "builtin:arith/train"  batch_size = 32 }

