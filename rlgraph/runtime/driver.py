@@ -275,7 +275,7 @@ class StepDriver:
             return False
         try:
             with ray_errors(self.lowered.actor_names):
-                ray.get(processes[0].prepare_local_step.remote(self.plan, rewards))
+                ray.get(processes[0].prepare_local_step.remote(self.plan, rewards, self.time_shared))
         except (RunError, ray.exceptions.RayError):  # e.g. a reward module only the driver's path has
             return False
         self.local = processes[0]

@@ -231,12 +231,12 @@ class DeviceProcess:
 
     # --- the whole step in this process (every role of the plan lives here: rlgraph/runtime/step.py) ---
 
-    def prepare_local_step(self, plan: Any, rewards: dict[str, Any]) -> None:
+    def prepare_local_step(self, plan: Any, rewards: dict[str, Any], time_shared: list[str] = ()) -> None:
         from rlgraph.runtime.step import LocalStep
         from rlgraph.runtime.transforms import DriverCalls
 
         with self._reporting(next(iter(self.hosted)), "preparing to run whole steps in its process"):
-            self.local_step = LocalStep(plan, self.call, DriverCalls(plan, rewards))
+            self.local_step = LocalStep(plan, self.call, DriverCalls(plan, rewards), time_shared)
 
     def run_step(self, step: int, prompts: list[dict], kl_state: dict[str, float]) -> tuple[Any, dict[str, float]]:
         return self.local_step.run(step, prompts, kl_state)

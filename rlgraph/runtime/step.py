@@ -128,10 +128,14 @@ def add_time(timing: dict[str, float], name: str, seconds: float) -> None:
 class LocalStep:
     """The plan's schedule run in the process that hosts every role. `call(role, method, *args, **kwargs)`
     runs a worker method and returns (result, seconds) (DeviceProcess.call: errors name the role);
-    `driver_calls` runs rewards and transforms (rlgraph/runtime/transforms.py)."""
+    `driver_calls` runs rewards and transforms (rlgraph/runtime/transforms.py). `time_shared`: rollouts with an
+    engine of their own beside the trained roles (StepDriver.time_shared): each takes its memory back for its
+    generate call and gives it up after, as the Ray driver's wake/sleep do between stages."""
 
-    def __init__(self, plan: Plan, call: Callable[..., tuple[Any, float]], driver_calls: Any) -> None:
+    def __init__(self, plan: Plan, call: Callable[..., tuple[Any, float]], driver_calls: Any,
+                 time_shared: tuple[str, ...] | list[str] = ()) -> None:
         self.plan, self.call, self.driver_calls = plan, call, driver_calls
+        self.time_shared = set(time_shared)
         self.seed = plan.train.seed
         self.trained = trained_generate(plan.calls)  # the rollout every other role call reads
         if filter_call(plan.calls) is not None:
@@ -171,7 +175,12 @@ class LocalStep:
         else:
             args = [values[self.responses]] + [values[ports[p.name]] for p in entry.token_inputs if ports.get(p.name)]
             kwargs = step_arguments(entry, call, self.seed, step)
+        awake = call.method == "generate" and call.target in self.time_shared
+        if awake:
+            self.call(call.target, "resume_memory")
         value, seconds = self.call(call.target, entry.worker_method, *args, **kwargs)
+        if awake:
+            self.call(call.target, "release_memory")
         add_time(result.timing, timing_name(call), seconds)
         if call.method == "update":
             result.metrics.update(value)
