@@ -20,6 +20,7 @@ outside transformers' mask functions), rather than mixing the rows of a batch si
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import torch
@@ -90,9 +91,9 @@ def packed_response_logits(module: torch.nn.Module, input_ids: torch.Tensor, att
     """(logits (1, K, vocab), the tokens they predict (1, K), unpack: (1, K) -> (rows, R) at the response
     columns, 0 where nothing is predicted) of one packed pass of a causal LM over padded rows.
 
-    Only the K predicting positions go through the LM head (`logits_to_keep` as a (bins, width) mask, when
-    `keeps_logits`); the model returns them in packed order, so tokens are taken in that order too and the
-    (K,) results are put back in row order, where the logits are never copied.
+    Only the K predicting positions go through the LM head, when `keeps_logits` (`_lm_head_sees_only`); the
+    model returns them in packed order, so tokens are taken in that order too and the (K,) results are put back
+    in row order, where the logits are never copied.
     """
     packed = PackedRows(attention_mask)
     positions, targets = packed.response_targets(attention_mask.shape[1] - responses.shape[1])
@@ -101,7 +102,8 @@ def packed_response_logits(module: torch.nn.Module, input_ids: torch.Tensor, att
     if keeps_logits:
         keep = torch.zeros(packed.shape[0] * packed.shape[1], dtype=torch.bool, device=positions.device)
         keep[positions] = True
-        logits = module(**kwargs, logits_to_keep=keep.view(packed.shape)).logits  # (K, vocab), packed order
+        with _lm_head_sees_only(module, keep.view(packed.shape)):
+            logits = module(**kwargs).logits  # (1, K, vocab), packed order
     else:
         logits = module(**kwargs).logits.flatten(0, 1)[positions[order]]
     tokens = responses[targets][order]  # (K,) packed order
@@ -111,6 +113,20 @@ def packed_response_logits(module: torch.nn.Module, input_ids: torch.Tensor, att
         return torch.zeros(targets.shape, dtype=x.dtype, device=x.device).masked_scatter(targets, x[0, back])
 
     return logits.reshape(1, -1, logits.shape[-1]), tokens[None], unpack
+
+
+@contextlib.contextmanager
+def _lm_head_sees_only(module: torch.nn.Module, keep: torch.Tensor):
+    """The LM head computes logits for the `keep` positions ((bins, width) mask) only, as (1, K, vocab) in packed
+    order. `logits_to_keep` takes a 1-D index of columns, the same for every bin (a 2-D mask only in some
+    transformers versions), so the head's input is narrowed instead: whatever the model does after its head
+    (soft-capping, a logit scale) still applies."""
+    head = module.get_output_embeddings()
+    handle = head.register_forward_pre_hook(lambda _head, args: (args[0][keep][None], *args[1:]))
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def scatter_rows(values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 
 import pytest
 
@@ -70,26 +71,41 @@ def test_the_loggers_are_read_from_the_runs_plan_json(tmp_path):
 
 
 def wandb_history(run_file) -> list[dict[str, str]]:
-    """The history records of an offline run's .wandb file (a LevelDB-style log of protobuf records: a
-    7-byte header, then 32 KiB blocks of chunks, each a crc32, a length, a type: full/first/middle/last)."""
+    """The history records of an offline run's .wandb file, once wandb's writer has written its last record."""
+    deadline = time.monotonic() + 120
+    while True:  # wandb's own process writes the file; the run's exit record comes last, when it is complete
+        kinds, history = wandb_records(run_file)
+        if "exit" in kinds or time.monotonic() > deadline:
+            return history
+        time.sleep(0.2)
+
+
+def wandb_records(run_file) -> tuple[set[str], list[dict[str, str]]]:
+    """The record kinds and the history records of an offline run's .wandb file (a LevelDB-style log of protobuf
+    records: a 7-byte header, then 32 KiB blocks of chunks, each a crc32, a length, a type: full/first/middle/last)."""
     from wandb.proto import wandb_internal_pb2
 
     data = run_file.read_bytes()
+    if len(data) < 7:  # not written yet
+        return set(), []
     assert data[:4] == b":W&B"
-    pos, pending, history = 7, b"", []
+    pos, pending, history, kinds = 7, b"", [], set()
     while pos + 7 <= len(data):
         if 32768 - pos % 32768 < 7:  # a block's tail too short for a chunk header is padding
             pos += 32768 - pos % 32768
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if pos + 7 + length > len(data):  # a chunk still being written
+            break
         pending, pos = pending + data[pos + 7:pos + 7 + length], pos + 7 + length
         if kind in (1, 4):  # full, or the last chunk of a record
             record = wandb_internal_pb2.Record()
             record.ParseFromString(pending)
             pending = b""
+            kinds.add(record.WhichOneof("record_type"))
             if record.WhichOneof("record_type") == "history":
                 history.append({item.key or "/".join(item.nested_key): item.value_json for item in record.history.item})
-    return history
+    return kinds, history
 
 
 def test_wandb_offline_gets_every_scalar_at_its_step(tmp_path, monkeypatch):

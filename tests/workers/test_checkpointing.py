@@ -15,8 +15,8 @@ from rlgraph.workers import CriticWorker, PolicyWorker
 from rlgraph.workers.activations import transformer_blocks
 
 from .helpers import (actor_settings, critic_settings, critic_update_settings, forward_settings, generate_settings,
-from tests.tolerances import FP32_AFTER_UPDATE
                       log_prob_settings, make_items, update_settings)
+from tests.tolerances import FP32_AFTER_UPDATE
 
 PROMPTS = ["12+34=", "5+6=", "7=", "99+1="]
 

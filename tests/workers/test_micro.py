@@ -11,8 +11,8 @@ from rlgraph.workers.batch import Rollout
 from rlgraph.workers.micro import pack, row_lengths, split_rows, token_budget_micro_batches
 
 from .helpers import (EOS, PAD, actor_settings, critic_settings, critic_update_settings, forward_settings,
-from tests.tolerances import FP32_REORDERED
                       log_prob_settings, ref_settings, update_settings)
+from tests.tolerances import FP32_REORDERED
 
 ROWS = 16
 BUDGET = 48  # the longest row is 12 + 12 = 24 tokens: passes of 2 to 8 rows
