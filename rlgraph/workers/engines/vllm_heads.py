@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vllm 0.32.0 v1/attention/backends/cpu_attn.py
+from rlgraph.contract.engines import VLLM_CPU_HEAD_SIZES as CPU_HEAD_SIZES, vllm_cpu_head_dim
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
@@ -79,9 +79,9 @@ def head_padding(config: dict[str, Any]) -> HeadPadding | None:
     head_dim = int(config.get("head_dim") or (config.get("hidden_size", 0) // heads if heads else 0))
     if not heads or head_dim in CPU_HEAD_SIZES:
         return None
-    padded = next((size for size in CPU_HEAD_SIZES if size > head_dim), None)
+    padded = vllm_cpu_head_dim(head_dim)
     model_type = config.get("model_type")
-    if padded is None or model_type not in ("llama", "qwen2", "mistral"):
+    if padded == head_dim or model_type not in ("llama", "qwen2", "mistral"):
         raise ValueError(f"vLLM's CPU build has no attention kernel for head_dim = {head_dim} (it has "
                          f"{', '.join(map(str, CPU_HEAD_SIZES))}) and rlgraph widens the heads only of llama, qwen2 "
                          f"and mistral models (this one is {model_type!r}): use engine = hf on CPU")
