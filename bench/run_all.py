@@ -52,6 +52,7 @@ SCRIPTS: dict[str, tuple[list[str], list[str]]] = {
     "async": (["bench/bench_async.py"], ["bench/bench_async.py", "--smoke"]),
     "token_budget": (["bench/bench_token_budget.py", "--repeats", "5"], ["bench/bench_token_budget.py", "--smoke"]),
     "memory": (["bench/bench_memory.py"], ["bench/bench_memory.py", "--smoke"]),
+    "vllm": (["bench/bench_vllm.py"], ["bench/bench_vllm.py", "--smoke"]),
     "chaos": (["bench/chaos.py", "--kills", "20"], ["bench/chaos.py", "--kills", "2", "--steps", "4", "--output",
                                                   "bench/results/smoke_chaos.json"]),
 }
@@ -88,7 +89,7 @@ def run_scripts(names: list[str], smoke: bool, run_id: str) -> dict[str, Any]:
 RESULTS_DIR = [RESULTS]  # where `load` reads; --results changes it
 RUN = [None]  # the run id every result in the doc must carry; set by write_doc
 RESULT_NAMES = ("check", "plan", "startup", "overhead", "floor", "profile", "scaleout", "trl", "async", "token_budget",
-                "memory", "chaos")
+                "memory", "vllm", "chaos")
 
 
 class MixedRuns(Exception):
@@ -253,6 +254,11 @@ def render(run: dict[str, Any]) -> str:
         from bench_memory import doc_section as memory_section
 
         out += memory_section(memory)
+    vllm = load("vllm")
+    if vllm:
+        from bench_vllm import doc_section as vllm_section
+
+        out += vllm_section(vllm)
     chaos = load("chaos")
     if chaos:
         from chaos import doc_section  # bench/ is on the path: scripts run as `python bench/<script>.py`
