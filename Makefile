@@ -22,8 +22,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 run: install
 	$(VENV)/bin/rlgraph run specs/ppo_arith.rl
 
+# two processes on this project's 2-core machines; a file's tests stay in one (tests/conftest.py)
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 bench: install
 	$(PY) bench/run_all.py

@@ -1,7 +1,6 @@
 rlgraph 1
 # GRPO with the rollout on a CPU device of its own (synced over a collective
-# group): the spec of tests/runtime/golden/async_staleness0.json, recorded by
-# the synchronous loop before the pipelined driver existed.
+# group); tests/runtime/specs/grpo_colocated.rl is the same spec colocated.
 
 include "../../../specs/common/arith_base.rl"
 
