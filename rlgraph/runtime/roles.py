@@ -97,7 +97,8 @@ def _colocated_policy(plan: Plan, rollout: RolePlan, processes_of: dict[str, set
     """The policy role whose module a rollout can generate with in place: the role that syncs into it
     (else the actor) when every rollout replica shares a process with a replica of it."""
     # an engine that is not in place (vllm, sglang) loads a copy of its own, even colocated
-    if not ENGINES[rollout.settings.engine].in_place:
+    facts = ENGINES.get(rollout.settings.engine)  # (an unknown one: pre-flight refuses it, naming the engines)
+    if facts is None or not facts.in_place:
         return None
     candidates = [sync_source(plan, rollout.name)] + [r.name for r in plan.roles if r.kind == "actor"]
     for name in candidates:
