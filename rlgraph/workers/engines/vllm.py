@@ -73,7 +73,9 @@ class VLLMEngine(Engine):
         self.heads = heads  # vllm_heads.HeadPadding where the CPU kernel needs wider heads
         self.workdir = workdir  # the widened model's folder (a TemporaryDirectory), kept while the engine lives
         self.tied_embeddings = tied_embeddings
-        self.pending: list[tuple[str, torch.Tensor]] = []  # weights of a sync, loaded before the next generation
+        # weights of the syncs since the last generation, by name (a later sync's replace an earlier one's), loaded
+        # before the next generation
+        self.pending: dict[str, torch.Tensor] = {}
         self.released = False
         self.asleep = False  # a GPU engine put to sleep by release_memory
 
@@ -153,19 +155,18 @@ class VLLMEngine(Engine):
         if self.heads is not None:
             named = [(name, self.heads.widen(name, tensor)) for name, tensor in named]
         # a copy: a bucket's tensors may be views of a buffer the sync reuses for the next bucket
-        self.pending += [(name, tensor.detach().clone()) for name, tensor in named]
+        self.pending.update((name, tensor.detach().clone()) for name, tensor in named)
 
     def _load_pending(self) -> None:
         if not self.pending:
             return
-        weights, self.pending = self.pending, []
-        names = {name for name, _ in weights}
-        if self.tied_embeddings and _EMBEDDING in names and _TIED_HEAD not in names:
+        weights, self.pending = self.pending, {}
+        if self.tied_embeddings and _EMBEDDING in weights and _TIED_HEAD not in weights:
             # a sync sends a tied weight under one name (the embedding's). vLLM's layer-wise reload puts back the
             # old tensors of every layer the stream did not name, and its lm_head shares the embedding's tensor:
             # the head's name must come too, or the new embedding is overwritten by the old one
-            weights.append((_TIED_HEAD, next(t for name, t in weights if name == _EMBEDDING)))
-        self.llm.collective_rpc("rlgraph_reload_weights", args=(weights,))
+            weights[_TIED_HEAD] = weights[_EMBEDDING]
+        self.llm.collective_rpc("rlgraph_reload_weights", args=(list(weights.items()),))
         self.llm.reset_prefix_cache()  # cached prefixes hold keys and values of the old weights
 
     def release_memory(self) -> None:
