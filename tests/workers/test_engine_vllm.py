@@ -28,11 +28,29 @@ PROMPTS = ["12+34=", "5+6=", "7=", "99+1="]
 MAX_NEW = 6
 
 
+def _process_state() -> tuple:
+    import os
+
+    return (os.environ.get("LD_PRELOAD"), os.environ.get("LOCAL_WORLD_SIZE"), torch.get_num_threads(),
+            torch.set_num_threads, torch.get_rng_state())
+
+
+STARTED: dict[str, tuple] = {}  # the process's state before and after the engine started (the fixture's)
+
+
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
+    STARTED["before"] = _process_state()
     engine = VLLMEngine.from_pretrained(tiny_model_dir, dtype="float32", device="cpu", max_sequences=32)
+    STARTED["after"] = _process_state()
     yield engine
     engine.shutdown()
+
+
+def test_starting_the_engine_leaves_the_trainers_process_as_it_was(engine):
+    # vLLM's start-up seeds the RNGs, sets torch's threads, patches set_num_threads and sets LD_PRELOAD: put back
+    (*before, rng_before), (*after, rng_after) = STARTED["before"], STARTED["after"]
+    assert before == after and torch.equal(rng_before, rng_after)
 
 
 @pytest.fixture(scope="module")

@@ -295,17 +295,22 @@ def _first_line(err: BaseException) -> str:
 @contextlib.contextmanager
 def _process_state_kept():
     """vLLM's start-up, run in this process, changes what belongs to the trainer beside it: it seeds the global
-    RNGs, lowers torch's threads to 1 for serving and replaces `torch.set_num_threads` with a no-op (its CPU
-    worker's guard for threads bound to cores, which VLLM_CPU_OMP_THREADS_BIND=nobind leaves unbound). All three
-    are put back."""
+    RNGs, lowers torch's threads to 1 for serving, replaces `torch.set_num_threads` with a no-op (its CPU
+    worker's guard for threads bound to cores, which VLLM_CPU_OMP_THREADS_BIND=nobind leaves unbound) and sets
+    environment variables for processes started later (LD_PRELOAD of its tcmalloc, LOCAL_WORLD_SIZE, ...). All
+    are put back, but vLLM's own VLLM_* variables, which it may read again."""
     import numpy
     import torch
 
     state = random.getstate(), numpy.random.get_state(), torch.get_rng_state()
     threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
+    environment = dict(os.environ)
     try:
         yield
     finally:
+        for key in [k for k in os.environ if not k.startswith("VLLM_") and k not in environment]:
+            del os.environ[key]
+        os.environ.update({k: v for k, v in environment.items() if not k.startswith("VLLM_")})
         random.setstate(state[0])
         numpy.random.set_state(state[1])
         torch.set_rng_state(state[2])
