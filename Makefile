@@ -24,7 +24,7 @@ run: install
 
 # two processes on this project's 2-core machines; a file's tests stay in one (tests/conftest.py)
 test: install
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 bench: install
 	$(PY) bench/run_all.py

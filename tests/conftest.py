@@ -1,24 +1,39 @@
 """Session-wide: the order in which the test files start.
 
-`make test` runs the suite on two processes (pytest-xdist, `--dist loadfile`: a file's tests stay together, so
-a module's shared run is made once). A file that trains whole runs takes from seconds to two minutes; the unit
-tests take a second. Started in collection order, a long file picked up last would end the session alone, so
-the files that run their own Ray instance in a subprocess start first, then the other whole-run files, then
-everything else.
+`make test` runs the suite on two processes (pytest-xdist, `--dist loadfile --no-loadscope-reorder`: a file's
+tests stay together, so a module's shared run or engine is made once, and files are handed out in this order).
+A file that trains whole runs takes from seconds to two minutes; a unit-test file takes a second. Started in
+collection order, a long file picked up last would end the session alone, so the longest files start first
+(`LONGEST_FIRST`, measured on this project's 2-core machine: an order only, nothing is timed), then the other
+whole-run files, then everything else.
 """
 
 from __future__ import annotations
 
-# the longest files, each a subprocess with a Ray of its own (about 1-2 minutes each on 2 cores)
-OWN_RAY = ("tests/runtime/test_chaos.py", "tests/runtime/test_multinode.py", "tests/bench/test_bench_smoke.py",
-           "tests/runtime/test_cli.py")
+LONGEST_FIRST = (
+    "tests/runtime/test_run.py",          # every CPU spec, two steps each (~200 s)
+    "tests/runtime/test_chaos.py",        # bench/chaos.py: two runs with a Ray of their own, killed twice
+    "tests/runtime/test_recipes.py",
+    "tests/runtime/test_resume.py",
+    "tests/workers/test_engine_vllm.py",  # one vLLM engine start-up, then its tests
+    "tests/runtime/test_weight_sync.py",
+    "tests/runtime/test_async.py",
+    "tests/runtime/test_checkpoint_protocol.py",
+    "tests/runtime/test_run_safety.py",
+    "tests/runtime/test_multinode.py",    # a simulated 2-node cluster in a subprocess
+    "tests/runtime/test_vllm_run.py",
+    "tests/runtime/test_data_parallel.py",
+    "tests/runtime/test_lora.py",
+    "tests/runtime/test_cli.py",
+    "tests/bench/test_bench_smoke.py",
+)
 WHOLE_RUNS = ("tests/runtime/", "tests/bench/")
 
 
 def _start_rank(path: str) -> int:
-    if path in OWN_RAY:
-        return 0
-    return 1 if path.startswith(WHOLE_RUNS) else 2
+    if path in LONGEST_FIRST:
+        return LONGEST_FIRST.index(path)
+    return len(LONGEST_FIRST) + (0 if path.startswith(WHOLE_RUNS) else 1)
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -12,13 +12,14 @@ from rlgraph.runtime.preflight import preflight
 from rlgraph.runtime.transforms import DriverCalls
 from rlgraph.workers.batch import Rollout
 
+from tests.tolerances import FP32_REORDERED
+
 from .helpers import REPO, SPECS, fast, plan_from_spec, read_metrics
 
 USER_SPEC = REPO / "tests" / "runtime" / "specs" / "grpo_user.rl"
 
 FUNCTIONS = '''
 import torch
-from tests.tolerances import FP32_REORDERED
 
 def per_row(scores, *, epsilon):
     return scores.sum(-1)
