@@ -1,4 +1,7 @@
-"""`rlgraph run` end to end on each shipped CPU spec, for two steps."""
+"""`rlgraph run` end to end on each shipped CPU spec, for two steps; and the rows of a step written to
+samples.jsonl and shown (train.samples_every), what a person reads to see what the model generated and what the
+reward made of it. The specs with engine = vllm run in test_vllm_run.py (the engine's start-up is paid there, once
+a spec), which checks them with `check_run`."""
 
 from __future__ import annotations
 
@@ -9,7 +12,9 @@ import pytest
 from .helpers import SPECS, fast, make_reward_model, read_metrics
 
 
-def cpu_specs() -> list[str]:
+def cpu_specs(engine: str | None = None) -> list[str]:
+    """The shipped specs whose pools are all CPUs; with `engine`, those with a rollout on that engine, else those
+    with none on vllm."""
     from rlgraph.compiler import compile_spec
     from rlgraph.plan import build_plan
 
@@ -17,7 +22,9 @@ def cpu_specs() -> list[str]:
     for path in sorted(SPECS.glob("*_arith*.rl")):
         plan = build_plan(compile_spec(str(path)))
         if plan.ok and all(p.device == "cpu" for p in plan.pools):
-            out.append(path.name)
+            engines = {r.settings.engine for r in plan.roles if r.kind == "rollout"}
+            if (engine in engines) if engine else "vllm" not in engines:
+                out.append(path.name)
     return out
 
 
@@ -38,11 +45,18 @@ def test_each_cpu_spec_trains_two_steps(spec, run_cli, arith_model, tmp_path):
         # the shipped reward model takes minutes to build on a fresh machine (tests/models builds a small one);
         # these two steps check the plumbing with a stand-in classifier of the same shape
         extra = ["-s", f'scorer.path="{make_reward_model(arith_model, tmp_path / "rm")}"']
-    code, out = run_cli(f"specs/{spec}", "--output", run_dir, *fast(steps=2), *extra)
+    code, out = run_cli(f"specs/{spec}", "--output", run_dir, *fast(steps=2, **{"train.samples_every": 2}), *extra)
     assert code == 0, out
+    check_run(run_dir, spec, out, steps=2)
+    if spec in SAMPLES_SHOWN:
+        check_samples(run_dir, out)
+
+
+def check_run(run_dir, spec: str, out: str, steps: int) -> None:
+    """What every finished run of `spec` (`-s train.steps=<steps>` first of its overrides) leaves behind."""
     assert "Traceback" not in out, out
     records = read_metrics(run_dir)
-    assert [r["training/global_step"] for r in records] == [0, 1, 2]
+    assert [r["training/global_step"] for r in records] == list(range(steps + 1))
     assert 0.0 <= records[0]["val/score/mean"] <= 1.0 and "val/score/mean" in records[-1]
     # the step-0 record says where the time to the first step went
     parts = ("preflight", "ray", "placement", "workers", "data_parallel")
@@ -59,7 +73,24 @@ def test_each_cpu_spec_trains_two_steps(spec, run_cli, arith_model, tmp_path):
     # old log-probs recomputed by the actor, or kept by generate (`-> responses, old_log_prob`: no such stage)
     recomputes = any(c["method"] == "log_prob" and c["target"] == "actor" for c in plan["calls"])
     assert ("timing_s/old_log_prob" in records[-1]) == recomputes
-    assert (run_dir / "spec" / spec).is_file() and (run_dir / "overrides.txt").read_text().startswith("train.steps=2")
-    actor = run_dir / "checkpoints" / "step_2" / "actor"
+    assert (run_dir / "spec" / spec).is_file() and (run_dir / "overrides.txt").read_text().startswith(f"train.steps={steps}")
+    actor = run_dir / "checkpoints" / f"step_{steps}" / "actor"
     assert (actor / ("adapter_config.json" if "lora" in spec else "config.json")).is_file()  # LoRA: peft's format
     assert (run_dir / "curves.png").is_file()
+
+
+# one process for every role (the step runs inside it), and roles in processes of their own (the driver's path)
+SAMPLES_SHOWN = ("grpo_arith.rl", "ppo_split_arith.rl")
+
+
+def check_samples(run_dir, out: str) -> None:
+    """Two steps with train.samples_every = 2: four rows of step 2's batch in samples.jsonl, one shown."""
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in samples] == [2] * 4  # step 2 only, four rows of its batch
+    assert all(set(s) == {"step", "uid", "data_source", "prompt", "response", "ground_truth", "score", "advantage"}
+               for s in samples)
+    assert len({s["uid"] for s in samples}) == 4  # rows of different prompts
+    for s in samples:
+        assert s["prompt"].endswith("=") and s["score"] in (0.0, 1.0) and isinstance(s["advantage"], float)
+        assert s["data_source"] and s["ground_truth"]
+    assert f"step 2 sample: {samples[0]['prompt']!r}" in " ".join(out.split())
