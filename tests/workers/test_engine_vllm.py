@@ -192,7 +192,13 @@ def test_engine_arguments_on_cpu_and_gpu():
     gpu = engine_args("m", config, dtype="bfloat16", on_gpu=True, memory_fraction=0.3, tp=2, max_sequences=None)
     assert gpu["gpu_memory_utilization"] == 0.3 and gpu["enable_sleep_mode"] and gpu["tensor_parallel_size"] == 2
     assert "kv_cache_memory_bytes" not in gpu
-    message = start_failure(ValueError("no room\nmore"), cpu, on_gpu=False)
-    assert "no room" in message and "more" not in message and "`max_sequences`" in message
+    message = start_failure(ValueError("no room\nmore\nthird\nfourth"), cpu, on_gpu=False)
+    assert "no room; more; third" in message and "fourth" not in message and "`max_sequences`" in message
     assert "max_model_len = 64" in message
     assert "`memory_fraction`" in start_failure(ValueError("x"), gpu, on_gpu=True)
+
+
+def test_an_engine_that_cannot_start_names_the_setting_to_change(tiny_model_dir):
+    # vLLM refuses a scheduler of more sequences than tokens per step (4096): a real start that fails
+    with pytest.raises(RuntimeError, match=r"did not start .*max_num_seqs \(10000\).* `max_sequences` of the rollout"):
+        VLLMEngine.from_pretrained(tiny_model_dir, dtype="float32", device="cpu", max_sequences=10_000)

@@ -288,8 +288,14 @@ def _set_env() -> None:
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else ""
+    """The message's first lines, up to 300 characters (pydantic's first line only counts the errors)."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    for line in lines[1:3]:
+        if len(text) + len(line) > 300 or line.startswith("For further information"):
+            break
+        text += f"; {line}"
+    return text
 
 
 @contextlib.contextmanager
