@@ -2,8 +2,7 @@
 
     .venv/bin/python bench/bench_startup.py [--repeats 3] [--cli-repeats 10] [--smoke]
 
-Time to first step, from outside (the runtime does not record its start-up phases): `rlgraph run`
-runs as a fresh process with PYTHONUNBUFFERED; the bench notes when each console line and each
+Time to first step, from outside: `rlgraph run` runs as a fresh process with PYTHONUNBUFFERED; the bench notes when each console line and each
 metrics.jsonl line appears, all on one clock started just before the command:
 
     compile, plan,       until the first console line ("rlgraph run ... -> ..."), printed after
@@ -13,6 +12,9 @@ metrics.jsonl line appears, all on one clock started just before the command:
     processes, workers,  until the step-0 line of metrics.jsonl: placement group, actor start,
     validation 0         worker build (model load) and the validation before training
     first step           until the step-1 line (timing_s/step of step 1 is the driver's part of it)
+
+Against the floor (bench/startup_floor.py: a private `ray.init` and one actor that imports torch and
+transformers, as a whole process), run alternately with the command: the ratio of the medians.
 
 The phases the runtime hides are measured alone, as the runtime does them, in a fresh process
 (`--phases` worker): importing the runtime, `ray.init` of a private local instance, starting one actor that imports torch
@@ -129,6 +131,15 @@ def phases_worker(spec: str) -> dict[str, Any]:
 # --- time to first step ---
 
 
+def floor() -> float:
+    """bench/startup_floor.py as a whole process: ray.init of a private instance and one actor importing torch
+    and transformers, the start-up no run can go below."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, str(Path(__file__).with_name("startup_floor.py"))], cwd=ROOT, check=True,
+                   capture_output=True)
+    return time.perf_counter() - start
+
+
 def first_step(spec: str, workdir: Path) -> dict[str, Any]:
     trace = run_rlgraph(spec, ["train.steps=2", *NO_EXTRAS], workdir / Path(spec).stem)
     by_step = {r.get("training/global_step"): (r, t) for r, t in zip(trace.records, trace.record_times)}
@@ -176,17 +187,26 @@ def main(argv: list[str] | None = None) -> int:
     specs: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="rlgraph-bench-startup-") as tmp:
         for spec in args.specs:
-            runs = [first_step(spec, Path(tmp)) for _ in range(args.repeats)]
+            runs, floors = [], []
+            for _ in range(args.repeats):  # alternating: a drift of the machine touches both alike
+                floors.append(floor())
+                runs.append(first_step(spec, Path(tmp)))
             phases = [python_json([sys.executable, str(Path(__file__).resolve()), "--phases", spec])
                       for _ in range(args.repeats)]
             row = {key: median([r[key] for r in runs]) for key in runs[0] if key != "recorded"}
             row["recorded"] = {key: median([r["recorded"].get(key) for r in runs if key in r["recorded"]])
                                for key in runs[0]["recorded"]}
             row |= {f"alone_{key}": median([p[key] for p in phases]) for key in phases[0]}
+            row["floor_s"] = median(floors)
+            row["floor_all_s"] = floors
+            row["to_step1_record_all_s"] = [r["to_step1_record_s"] for r in runs]
+            row["ratio_to_floor"] = row["to_step1_record_s"] / row["floor_s"]
             row["runs"] = runs
             row["phases_alone"] = phases
             specs[spec] = row
             print(f"{spec}: first step record after {row['to_step1_record_s']:.1f} s "
+                  f"({min(row['to_step1_record_all_s']):.1f}-{max(row['to_step1_record_all_s']):.1f}), floor "
+                  f"{row['floor_s']:.1f} s ({min(floors):.1f}-{max(floors):.1f}): {row['ratio_to_floor']:.2f}x "
                   f"(compile+plan+imports {row['compile_plan_imports_s']:.1f}, pre-flight+ray.init "
                   f"{row['preflight_ray_init_s']:.1f}, processes+workers+validation "
                   f"{row['processes_workers_validation_s']:.1f}, first step {row['first_step_s']:.2f}); alone: ray.init "

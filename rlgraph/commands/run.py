@@ -84,9 +84,8 @@ def _compile_and_train(console: Console, file: str, overrides: list[str], plan, 
 
 def _train(console: Console, file: str, overrides: list[str], plan, run_dir: Path, address: str | None, resume: bool,
            accept_changes: bool, write_inputs) -> int:
-    # Only now the heavy part: torch, ray and transformers load here.
+    # Only now the heavy part: ray loads here, torch and transformers in run_plan while Ray starts.
     from rlgraph.runtime import RunError, history, run_plan
-    from rlgraph.runtime.checkpoint import latest_checkpoint
     from rlgraph.runtime.console import RunConsole
     from rlgraph.runtime.signals import NAMES, StopRequest, Stopped
 
@@ -116,6 +115,8 @@ def _train(console: Console, file: str, overrides: list[str], plan, run_dir: Pat
         run_console.stop()
         how = "at once" if len(stop.received) > 1 else \
             f"by {NAMES.get(stop.received[0] if stop.received else 0, 'Ctrl-C')} during start-up"
+        from rlgraph.runtime.checkpoint import latest_checkpoint
+
         latest = latest_checkpoint(run_dir) if run_dir.is_dir() else None
         if latest is None:
             where = f"there is no checkpoint yet. Start again with: {again}"

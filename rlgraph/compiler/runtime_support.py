@@ -13,6 +13,6 @@ from __future__ import annotations
 
 from rlgraph.contract.engines import ENGINES, EngineFacts
 
-EngineSupport = EngineFacts  # the name this module's readers know
+__all__ = ["ENGINES", "ROLE_KINDS", "EngineFacts"]
 
 ROLE_KINDS = ("actor", "ref", "critic", "rollout", "reward_model")

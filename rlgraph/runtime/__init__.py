@@ -6,7 +6,7 @@ Modules, in the order a run meets them: preflight (models, data, rewards; before
 (Ray start-up), roles (what runs) + lowering (where: placement groups and one DeviceProcess per
 device), process (the Ray actor hosting colocated roles), driver (one step of the schedule),
 transforms (rewards and advantage maths on the driver), loop (steps, validation, checkpoints),
-checkpoint, metrics, console.
+run (all of it in order: `run_plan`), checkpoint, metrics, console.
 """
 
 from __future__ import annotations
@@ -20,8 +20,12 @@ __all__ = ["PlacementError", "PreflightError", "ProcessDiedError", "RunError", "
 
 def __getattr__(name: str) -> Any:
     # ray and torch load only when a run starts, not when an error class is imported
-    if name in ("run_plan", "RunResult"):
-        from rlgraph.runtime import loop
+    if name == "run_plan":
+        from rlgraph.runtime.run import run_plan
 
-        return getattr(loop, name)
+        return run_plan
+    if name == "RunResult":
+        from rlgraph.runtime.loop import RunResult
+
+        return RunResult
     raise AttributeError(f"module 'rlgraph.runtime' has no attribute {name!r}")

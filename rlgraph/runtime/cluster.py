@@ -27,6 +27,13 @@ from rlgraph.plan.model import Plan
 # so a local instance listens on the loopback interface only.
 _LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
+# What a device process imports before it can build a worker (process.py, workers/loading.py): about 5 s
+# of CPU, most of an actor's start. A local instance has its idle workers import these as soon as its node
+# is up (Ray starts one per CPU: one per device of the plan), while the driver pre-flights; the run's
+# processes are then placed on workers that are ready.
+WORKER_IMPORTS = ("torch", "transformers", "transformers.models.auto.modeling_auto",
+                  "transformers.models.auto.tokenization_auto", "rlgraph.runtime.process")
+
 
 @dataclass(frozen=True)
 class Resources:
@@ -122,15 +129,19 @@ def _start_local(needed: Resources, quiet: bool) -> Cluster:
     local_only()
     import ray
 
+    cpus = max(needed.cpus, 1)
     try:
         context = ray.init(
             address="local",  # a new instance, even if another one runs on this machine
-            num_cpus=max(needed.cpus, 2),
+            num_cpus=cpus,  # Ray starts this many idle workers: one per device
             num_gpus=needed.gpus,
             include_dashboard=False,
             log_to_driver=False,
             logging_level=logging.ERROR if quiet else logging.INFO,
             runtime_env=None,
+            # Ray keeps as many idle workers as CPUs no placement group holds: once the run's groups hold them
+            # all it would stop the workers it started (and their imports) just before the processes start
+            _system_config={"preload_python_modules": list(WORKER_IMPORTS), "num_workers_soft_limit": cpus},
         )
     except Exception as err:  # ports taken, /dev/shm too small, a broken ray install
         from rlgraph.runtime.errors import RunError

@@ -1,4 +1,4 @@
-"""The training loop: `run_plan(plan, run_dir)` pre-flights, starts Ray, lowers the plan and trains.
+"""The training loop (`Trainer`), once run.py's `run_plan` has pre-flighted, started Ray and lowered the plan:
 
     for step in start+1 .. steps:
         sync weights (trained role -> rollout)
@@ -17,37 +17,31 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ray
 import torch
-from rich.markup import escape
 
 from rlgraph.plan.model import Plan
 from rlgraph.runtime import checkpoint as ckpt
-from rlgraph.runtime import history
-from rlgraph.runtime.cluster import ray_cluster
 from rlgraph.runtime.console import RunConsole
 from rlgraph.runtime.driver import InFlight, StepDriver, derive_seed, ray_errors
-from rlgraph.runtime.errors import ProcessDiedError, RunError
-from rlgraph.runtime.lowering import DEFAULT_PLACEMENT_TIMEOUT_S, Lowered, lower
-from rlgraph.runtime.metrics import METRICS_FILE, MetricsWriter, episode_metrics, plot_curves, read_metrics
-from rlgraph.runtime.preflight import Prepared, preflight
+from rlgraph.runtime.errors import RunError
+from rlgraph.runtime.lowering import Lowered
+from rlgraph.runtime.metrics import MetricsWriter, episode_metrics, plot_curves
+from rlgraph.runtime.preflight import Prepared
 from rlgraph.runtime.process import rng_state, set_rng_state
-from rlgraph.runtime.roles import WorkerSpec, generate_call, worker_specs
+from rlgraph.runtime.roles import WorkerSpec, generate_call
 from rlgraph.runtime.signals import StopRequest
 from rlgraph.runtime.transforms import DriverCalls, score
 from rlgraph.runtime.update_guard import UpdateGuard
 from rlgraph.workers.batch import Rollout
 
 TRAINED_KINDS = ("actor", "critic")
-PLACEMENT_TIMEOUT_ENV = "RLGRAPH_PLACEMENT_TIMEOUT_S"  # seconds to wait for a pool's devices (default 60)
 
 # torchdata's StatefulDataLoader calls a deprecated torch API on every new iterator; not the user's concern
 warnings.filterwarnings("ignore", message=".*set_vital.*is deprecated")
@@ -63,116 +57,6 @@ class RunResult:
     val_end: float | None
     checkpoint: Path | None  # the newest checkpoint
     records: list[dict[str, Any]] = field(default_factory=list)
-
-
-def run_plan(
-    plan: Plan,
-    run_dir: str | Path,
-    address: str | None = None,
-    resume: bool = True,
-    *,
-    console: RunConsole | None = None,
-    placement_timeout_s: float | None = None,
-    accept_changes: bool = False,
-    invocation: dict[str, Any] | None = None,
-    write_inputs: Callable[[], None] | None = None,
-    stop: StopRequest | None = None,
-) -> RunResult:
-    """Train `plan`, writing into `run_dir`. Raises a RunError subclass on anything a user can fix.
-
-    A resume whose plan differs from its checkpoint's (beyond what only extends or observes the run) stops
-    with a PlanChangedError unless `accept_changes`. Every call appends `invocation` (what the user typed,
-    `history.invocation`) and how it started to the run's history.jsonl.
-
-    An existing Ray connection in this process is used as is (and left running); otherwise see
-    `rlgraph.runtime.cluster`. With `stop` (installed by the caller, see signals.py) a signal stops the loop
-    after the step in progress, with a checkpoint of it (raises signals.Stopped).
-    """
-    started = time.perf_counter()
-    console = console or RunConsole(enabled=False)
-    run_dir = Path(run_dir).resolve()  # processes write checkpoints here, whatever their working directory
-    run_dir.mkdir(parents=True, exist_ok=True)
-    starting_locally = not (address or os.environ.get("RAY_ADDRESS")) and not (
-        "ray" in sys.modules and ray.is_initialized())
-    startup: dict[str, float] = {}  # the parts of the time to the first step, for the first record
-    clock = time.perf_counter()
-    prepared = preflight(plan, starting_locally=starting_locally)
-    startup["startup_s/preflight"] = time.perf_counter() - clock
-    for note in prepared.notes:
-        console.log(f"[yellow]note[/]: {note}")
-    if plan.train.steps is None:  # train.epochs: the steps follow from the data, now that it is loaded
-        plan = with_run_length(plan, len(prepared.train))
-        per_epoch = plan.train.steps // plan.train.epochs
-        console.log(f"train.epochs = {plan.train.epochs}: {len(prepared.train)} prompts // data.batch_size = "
-                    f"{plan.data.batch_size} is {per_epoch} step{'s' * (per_epoch != 1)} per epoch (the last short "
-                    f"batch dropped), {plan.train.steps} steps")
-
-    ckpt.sweep(run_dir)  # what checkpoint writes and deletions cut short by a crash left
-    # verified against its manifest before Ray starts: a damaged newest checkpoint falls back to the one before
-    resume_from = ckpt.resume_checkpoint(run_dir, warn=lambda message: console.log(
-        f"[yellow]warning[/]: {escape(message)}")) if resume else None
-    history.record_start(run_dir, plan.to_dict(), resume_from, accept_changes=accept_changes, invocation=invocation,
-                         log=lambda message: console.log(escape(message)))
-    if write_inputs is not None:  # plan.json and the spec: only once the resume check let the run start
-        write_inputs()
-    if not resume:
-        removed = ckpt.remove_all(run_dir)
-        if removed:
-            console.log(f"starting fresh: removed {removed} checkpoint(s) of an earlier run in {run_dir}")
-    total = plan.train.steps
-    if resume_from is not None and resume_from.step >= total:
-        length = f"train.epochs = {plan.train.epochs}" if plan.train.epochs is not None else "train.steps"
-        console.log(f"{run_dir} is already trained to step {resume_from.step} ({length}: {total} steps); nothing to "
-                    f"do. Raise {length.split(' ')[0]} to go on, or pass --no-resume to start over.")
-        records = read_metrics(run_dir / METRICS_FILE)
-        return RunResult(run_dir, resume_from.step, resume_from.step, time.perf_counter() - started,
-                         _first(records, "val/score/mean"), _last(records, "val/score/mean"), resume_from.path, records)
-    if resume_from is not None:
-        console.log(f"resuming from {resume_from.path} (step {resume_from.step})")
-
-    specs = worker_specs(plan, _model_paths(plan, prepared, resume_from))
-
-    clock = time.perf_counter()
-    with ray_cluster(plan, address) as cluster:
-        startup["startup_s/ray"] = time.perf_counter() - clock
-        if stop is not None:
-            stop.install()  # ray.init replaced the handlers with its own
-        console.log(f"ray: {cluster.mode} ({cluster.address}); starting {len(plan.processes())} process(es)")
-        timeout_s = placement_timeout_s or float(os.environ.get(PLACEMENT_TIMEOUT_ENV) or DEFAULT_PLACEMENT_TIMEOUT_S)
-        recoveries = 0
-        while True:
-            lowered = Lowered()
-            # a process that dies while the run's processes first start would die again: not recovered from;
-            # one that dies while a recovery restarts them counts as one more failure
-            running = recoveries > 0
-            try:
-                with ray_errors(lowered.actor_names):
-                    lower(plan, specs, lowered, timeout_s=timeout_s)
-                running = True
-                startup.update({f"startup_s/{part}": seconds for part, seconds in lowered.seconds.items()})
-                trainer = Trainer(plan, lowered, specs, prepared, run_dir, console)
-                if resume_from is not None:
-                    clock = time.perf_counter()
-                    trainer.restore(resume_from)
-                    startup["startup_s/restore"] = time.perf_counter() - clock
-                startup["startup_s/total"] = time.perf_counter() - started
-                return trainer.fit(started, startup, stop=stop)
-            except ProcessDiedError as err:
-                if not running or recoveries >= plan.train.max_failures:
-                    raise
-                recoveries += 1
-                console.stop()
-                lowered.shutdown()  # every process and placement group of the run, the dead one's peers too
-                resume_from = ckpt.resume_checkpoint(run_dir, warn=lambda message: console.log(
-                    f"[yellow]warning[/]: {escape(message)}"))
-                where = f"{resume_from.path} (step {resume_from.step})" if resume_from else "the start"
-                console.log(f"[yellow]recovering[/] ({recoveries} of train.max_failures = {plan.train.max_failures}): "
-                            f"{escape(str(err).splitlines()[0])} Restarting every process and going on from {where}.")
-                specs = worker_specs(plan, _model_paths(plan, prepared, resume_from))
-                started, startup = time.perf_counter(), {"training/recoveries": recoveries}
-            finally:
-                console.stop()
-                lowered.shutdown()
 
 
 def with_run_length(plan: Plan, prompts: int) -> Plan:

@@ -192,7 +192,7 @@ def test_the_engine_table_matches_the_runtimes_engines():
     from rlgraph.workers.engines import ENGINES, EngineCapabilities, engine_class
 
     # one table (rlgraph/contract/engines.py): what the compiler reads is what each engine class carries
-    assert support.ENGINES is ENGINES and support.EngineSupport is EngineCapabilities
+    assert support.ENGINES is ENGINES and support.EngineFacts is EngineCapabilities
     for name, stated in support.ENGINES.items():
         assert engine_class(name).capabilities is stated and stated.name == name
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from rlgraph.runtime.driver import StepDriver
+
 from .helpers import REPO, fast, read_metrics
 
 SPEC = "specs/grpo_arith.rl"
@@ -131,29 +133,44 @@ def test_sigterm_checkpoints_the_step_in_progress_and_a_second_run_is_refused(ar
 
 
 @contextlib.contextmanager
-def ctrl_c(run_dir: Path, after_step: int, times: int = 1):
-    """Press Ctrl-C (SIGINT to this process) `times` times as soon as metrics.jsonl has `after_step` (the next
-    step has just begun), each after the run handled the one before, as a person does who has seen the
-    first one's message (Ray's driver looks at signals once a second while it waits, and two that arrive
-    before it looks are one). Yields [(the last finished step when it was sent, when)]."""
+def ctrl_c(after_step: int, times: int = 1):
+    """Press Ctrl-C (SIGINT to this process) `times` times once step `after_step + 1` is in progress (the
+    driver waits for its results), each after the run handled the one before, as a person does who has seen
+    the first one's message (Ray's driver looks at signals once a second while it waits, and two that arrive
+    before it looks are one). Yields [(the last finished step when it was sent, when)].
+
+    The step in progress is seen from inside, not from metrics.jsonl: its line is written before the step's
+    checkpoint is published, and a press in between stops the run after that step, before the next begins."""
     sent: list[tuple[int, float]] = []
-    finished = threading.Event()
+    finished, begun = threading.Event(), threading.Event()
+    in_progress: list[int] = []  # the step whose results the driver waits for, while it waits
+    finish = StepDriver.finish
+
+    def watched(driver: StepDriver, flight):
+        in_progress.append(flight.step)
+        if flight.step > after_step:
+            begun.set()
+        try:
+            return finish(driver, flight)
+        finally:
+            in_progress.remove(flight.step)
 
     def handled(count: int) -> bool:
         stop = getattr(signal.getsignal(signal.SIGINT), "__self__", None)  # the run's StopRequest
         return stop is not None and len(stop.received) >= count
 
     def press() -> None:
-        if not wait_until(lambda: last_step(run_dir) >= after_step, 300, stop=finished):
-            return
+        while not (begun.wait(0.05) or finished.is_set()):
+            pass
         for i in range(times):
-            if i and not wait_until(lambda: handled(i), 10, stop=finished):
+            if finished.is_set() or (i and not wait_until(lambda: handled(i), 10, stop=finished)):
                 return
-            sent.append((last_step(run_dir), time.monotonic()))
+            sent.append((after_step if after_step + 1 in in_progress else -1, time.monotonic()))
             os.kill(os.getpid(), signal.SIGINT)
 
     # A Ctrl-C that comes after the run gave its handlers back must not stop pytest.
     previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    StepDriver.finish = watched
     presser = threading.Thread(target=press, daemon=True)
     presser.start()
     try:
@@ -161,6 +178,7 @@ def ctrl_c(run_dir: Path, after_step: int, times: int = 1):
     finally:
         finished.set()
         presser.join(timeout=5)
+        StepDriver.finish = finish
         signal.signal(signal.SIGINT, previous)
 
 
@@ -171,7 +189,7 @@ def test_ctrl_c_checkpoints_the_step_in_progress_and_the_printed_command_trains_
     assert args[-2:] == ["--output", str(run_dir)]
 
     # --- Ctrl-C once: the step in progress finishes and is checkpointed; exit 130
-    with ctrl_c(run_dir, after_step=state["stopped_at"] + 1) as sent:
+    with ctrl_c(after_step=state["stopped_at"] + 1) as sent:
         code, out = run_cli(*args)
     assert code == 130, out
     assert len(sent) == 1, out
@@ -188,9 +206,10 @@ def test_ctrl_c_checkpoints_the_step_in_progress_and_the_printed_command_trains_
 
 
 def test_a_second_ctrl_c_stops_at_once_and_names_the_last_checkpoint(run_cli, tmp_path):
-    # steps of several seconds: both presses land in the same step (256 prompts a step once let the step end
-    # before the second press, whose sender waits up to Ray's one-second look at signals for the first)
-    with ctrl_c(tmp_path, after_step=1, times=2) as sent:
+    # steps of several seconds: both presses land in step 2 (256 prompts a step once let the step end before the
+    # second press, whose sender waits up to Ray's one-second look at signals for the first); sent[1][0] == 1
+    # says step 2 was still in progress at the second press
+    with ctrl_c(after_step=1, times=2) as sent:
         code, out = run_cli(SPEC, "--output", tmp_path, *fast(steps=3, batch_size=512, checkpoint_every=1))
         returned = time.monotonic()
     assert code == 130, out

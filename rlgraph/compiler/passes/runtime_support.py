@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.compiler.passes._common import quoted
-from rlgraph.compiler.runtime_support import ENGINES, ROLE_KINDS, EngineSupport
+from rlgraph.compiler.runtime_support import ENGINES, ROLE_KINDS, EngineFacts
 from rlgraph.compiler.topology import dp_size, model_of, root_of
 from rlgraph.contract.engines import max_tp_on
 from rlgraph.diagnostics import Diagnostic, warning
@@ -31,7 +31,7 @@ def refusal(diagnostics: Iterable[Diagnostic]) -> str:
     return f"This runtime cannot run the spec ({', '.join(codes)}); nothing was started.\n"
 
 
-def runtime_support(program: Program, graph: StepGraph, engines: Mapping[str, EngineSupport] = ENGINES,
+def runtime_support(program: Program, graph: StepGraph, engines: Mapping[str, EngineFacts] = ENGINES,
                     role_kinds: tuple[str, ...] = ROLE_KINDS) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     for role in program.roles.values():
@@ -46,7 +46,7 @@ def runtime_support(program: Program, graph: StepGraph, engines: Mapping[str, En
     return out
 
 
-def _rollout(program: Program, graph: StepGraph, role: Decl, engines: Mapping[str, EngineSupport]) -> list[Diagnostic]:
+def _rollout(program: Program, graph: StepGraph, role: Decl, engines: Mapping[str, EngineFacts]) -> list[Diagnostic]:
     name = role.get("engine", "hf")
     engine = engines.get(name)
     if engine is None:  # what the engine would honour is unknown: nothing more to say

@@ -1,0 +1,193 @@
+"""`run_plan(plan, run_dir)`: pre-flight, Ray, the processes, the loop, and recovery from a process's death.
+
+Start-up overlaps what does not wait on each other: this thread starts Ray (ray.init mostly waits for Ray's
+own processes; the idle workers it starts import torch and transformers meanwhile, see cluster.WORKER_IMPORTS)
+while a second thread imports the rest of the runtime (torch, transformers) and pre-flights the plan. So this
+module imports neither at its top: the first thread must be free to start Ray at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from rich.markup import escape
+
+from rlgraph.plan.model import Plan
+from rlgraph.runtime.cluster import ray_cluster
+from rlgraph.runtime.console import RunConsole
+from rlgraph.runtime.errors import ProcessDiedError, RunError
+from rlgraph.runtime.signals import StopRequest
+
+if TYPE_CHECKING:
+    from rlgraph.runtime.loop import RunResult
+    from rlgraph.runtime.preflight import Prepared
+
+PLACEMENT_TIMEOUT_ENV = "RLGRAPH_PLACEMENT_TIMEOUT_S"  # seconds to wait for a pool's devices (default 60)
+
+
+def run_plan(
+    plan: Plan,
+    run_dir: str | Path,
+    address: str | None = None,
+    resume: bool = True,
+    *,
+    console: RunConsole | None = None,
+    placement_timeout_s: float | None = None,
+    accept_changes: bool = False,
+    invocation: dict[str, Any] | None = None,
+    write_inputs: Callable[[], None] | None = None,
+    stop: StopRequest | None = None,
+) -> RunResult:
+    """Train `plan`, writing into `run_dir`. Raises a RunError subclass on anything a user can fix.
+
+    A resume whose plan differs from its checkpoint's (beyond what only extends or observes the run) stops
+    with a PlanChangedError unless `accept_changes`. Every call appends `invocation` (what the user typed,
+    `history.invocation`) and how it started to the run's history.jsonl.
+
+    An existing Ray connection in this process is used as is (and left running); otherwise see
+    `rlgraph.runtime.cluster`. With `stop` (installed by the caller, see signals.py) a signal stops the loop
+    after the step in progress, with a checkpoint of it (raises signals.Stopped).
+    """
+    import ray  # here, before the pre-flight thread starts: the two threads then import nothing in common
+
+    started = time.perf_counter()
+    console = console or RunConsole(enabled=False)
+    run_dir = Path(run_dir).resolve()  # processes write checkpoints here, whatever their working directory
+    run_dir.mkdir(parents=True, exist_ok=True)
+    starting_locally = not (address or os.environ.get("RAY_ADDRESS")) and not (
+        "ray" in sys.modules and ray.is_initialized())
+    startup: dict[str, float] = {}  # the parts of the time to the first step, for the first record
+    # Pre-flight in a thread while this one starts Ray (ray.init mostly waits for Ray's own processes, and
+    # the workers Ray starts import torch meanwhile): the wait is the longer of the two, not their sum.
+    clock = time.perf_counter()
+    checking = InBackground(_preflight, plan, starting_locally=starting_locally)
+    with contextlib.ExitStack() as cluster_started:
+        try:
+            cluster = cluster_started.enter_context(ray_cluster(plan, address))
+        except RunError:
+            checking.result()  # a pre-flight error is the one to mend first
+            raise
+        startup["startup_s/ray"] = time.perf_counter() - clock
+        if stop is not None:
+            stop.install()  # ray.init replaced the handlers with its own
+        prepared = checking.result()
+        startup["startup_s/preflight"] = checking.seconds
+        # the pre-flight thread imported these (torch among them): free now
+        from rlgraph.runtime import checkpoint as ckpt
+        from rlgraph.runtime import history
+        from rlgraph.runtime.driver import ray_errors
+        from rlgraph.runtime.lowering import DEFAULT_PLACEMENT_TIMEOUT_S, Lowered, lower
+        from rlgraph.runtime.loop import RunResult, Trainer, _first, _last, _model_paths, with_run_length
+        from rlgraph.runtime.metrics import METRICS_FILE, read_metrics
+        from rlgraph.runtime.roles import worker_specs
+
+        for note in prepared.notes:
+            console.log(f"[yellow]note[/]: {note}")
+        if plan.train.steps is None:  # train.epochs: the steps follow from the data, now that it is loaded
+            plan = with_run_length(plan, len(prepared.train))
+            per_epoch = plan.train.steps // plan.train.epochs
+            console.log(f"train.epochs = {plan.train.epochs}: {len(prepared.train)} prompts // data.batch_size = "
+                        f"{plan.data.batch_size} is {per_epoch} step{'s' * (per_epoch != 1)} per epoch (the last short "
+                        f"batch dropped), {plan.train.steps} steps")
+
+        ckpt.sweep(run_dir)  # what checkpoint writes and deletions cut short by a crash left
+        # verified against its manifest before any process starts: a damaged newest checkpoint falls back to the one before
+        resume_from = ckpt.resume_checkpoint(run_dir, warn=lambda message: console.log(
+            f"[yellow]warning[/]: {escape(message)}")) if resume else None
+        history.record_start(run_dir, plan.to_dict(), resume_from, accept_changes=accept_changes, invocation=invocation,
+                             log=lambda message: console.log(escape(message)))
+        if write_inputs is not None:  # plan.json and the spec: only once the resume check let the run start
+            write_inputs()
+        if not resume:
+            removed = ckpt.remove_all(run_dir)
+            if removed:
+                console.log(f"starting fresh: removed {removed} checkpoint(s) of an earlier run in {run_dir}")
+        total = plan.train.steps
+        if resume_from is not None and resume_from.step >= total:
+            length = f"train.epochs = {plan.train.epochs}" if plan.train.epochs is not None else "train.steps"
+            console.log(f"{run_dir} is already trained to step {resume_from.step} ({length}: {total} steps); nothing to "
+                        f"do. Raise {length.split(' ')[0]} to go on, or pass --no-resume to start over.")
+            records = read_metrics(run_dir / METRICS_FILE)
+            return RunResult(run_dir, resume_from.step, resume_from.step, time.perf_counter() - started,
+                             _first(records, "val/score/mean"), _last(records, "val/score/mean"), resume_from.path, records)
+        if resume_from is not None:
+            console.log(f"resuming from {resume_from.path} (step {resume_from.step})")
+
+        specs = worker_specs(plan, _model_paths(plan, prepared, resume_from))
+
+        console.log(f"ray: {cluster.mode} ({cluster.address}); starting {len(plan.processes())} process(es)")
+        timeout_s = placement_timeout_s or float(os.environ.get(PLACEMENT_TIMEOUT_ENV) or DEFAULT_PLACEMENT_TIMEOUT_S)
+        recoveries = 0
+        while True:
+            lowered = Lowered()
+            # a process that dies while the run's processes first start would die again: not recovered from;
+            # one that dies while a recovery restarts them counts as one more failure
+            running = recoveries > 0
+            try:
+                with ray_errors(lowered.actor_names):
+                    lower(plan, specs, lowered, timeout_s=timeout_s)
+                running = True
+                startup.update({f"startup_s/{part}": seconds for part, seconds in lowered.seconds.items()})
+                trainer = Trainer(plan, lowered, specs, prepared, run_dir, console)
+                if resume_from is not None:
+                    clock = time.perf_counter()
+                    trainer.restore(resume_from)
+                    startup["startup_s/restore"] = time.perf_counter() - clock
+                startup["startup_s/total"] = time.perf_counter() - started
+                return trainer.fit(started, startup, stop=stop)
+            except ProcessDiedError as err:
+                if not running or recoveries >= plan.train.max_failures:
+                    raise
+                recoveries += 1
+                console.stop()
+                lowered.shutdown()  # every process and placement group of the run, the dead one's peers too
+                resume_from = ckpt.resume_checkpoint(run_dir, warn=lambda message: console.log(
+                    f"[yellow]warning[/]: {escape(message)}"))
+                where = f"{resume_from.path} (step {resume_from.step})" if resume_from else "the start"
+                console.log(f"[yellow]recovering[/] ({recoveries} of train.max_failures = {plan.train.max_failures}): "
+                            f"{escape(str(err).splitlines()[0])} Restarting every process and going on from {where}.")
+                specs = worker_specs(plan, _model_paths(plan, prepared, resume_from))
+                started, startup = time.perf_counter(), {"training/recoveries": recoveries}
+            finally:
+                console.stop()
+                lowered.shutdown()
+
+
+class InBackground:
+    """`fn(*args, **kwargs)` run in a daemon thread (one that a Ctrl-C does not wait for): `result()` waits
+    for it and returns its value or raises its exception; `seconds` is how long it ran."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self.seconds = 0.0
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            clock = time.perf_counter()
+            try:
+                self._value = fn(*args, **kwargs)
+            except BaseException as err:  # handed to the caller of result()
+                self._error = err
+            self.seconds = time.perf_counter() - clock
+
+        self._thread = threading.Thread(target=run, name=getattr(fn, "__name__", "background"), daemon=True)
+        self._thread.start()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _preflight(plan: Plan, *, starting_locally: bool) -> Prepared:
+    import rlgraph.runtime.loop  # noqa: F401  torch and the rest of the runtime, off the thread that starts Ray
+    from rlgraph.runtime.preflight import preflight
+
+    return preflight(plan, starting_locally=starting_locally)
