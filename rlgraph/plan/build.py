@@ -37,9 +37,10 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
             lambda: estimate(program, plan.pools, plan.roles, plan.placements), ([], []))
         checked = _unless_invalid(lambda: plan_checks(program, plan.placements, diagnostics + placed), [])
         diagnostics += placed + estimated + _unless_invalid(lambda: check_tokenizers(program), []) + checked
-        plan.rewards = {name: decl.get("fn") for name, decl in program.rewards.items()}
         # a reward or env with a wrong value (reported) is left out, as data and train are: shown with the
         # default in its place, it would show settings the user never wrote; a call that names it has none either
+        plan.rewards = {name: decl.values.get("fn") for name, decl in program.rewards.items()
+                        if "fn" not in getattr(decl.values, "invalid", ())}
         plan.reward_settings = _resolved(program.rewards, lambda decl: reward_settings(decl.values))
         plan.models = {name: dict(decl.values) for name, decl in program.models.items()}
         plan.envs = _resolved(program.envs, lambda decl: env_settings(program, decl))

@@ -49,6 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rlgraph.compiler.builtins import ROLE_METHODS
 from rlgraph.compiler.topology import model_of, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.diagnostics.codes import CODES
@@ -59,7 +60,8 @@ from rlgraph.plan.memory_engine import EngineBudget, kv_bytes_per_token
 from rlgraph.plan.model import MemoryRow, Placement, PoolPlan, RolePlan
 from rlgraph.plan.placement import place
 from rlgraph.plan.view import format_bytes
-from rlgraph.spec.program import Decl, Program
+from rlgraph.spec.program import Decl, Program, Values
+from rlgraph.spec.schema import TypeMismatch
 from rlgraph.spec.validate import did_you_mean
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -276,8 +278,7 @@ def step_shape(program: Program) -> StepShape:
     for statement in (program.step.statements if program.step is not None else ()):
         call = getattr(statement, "call", None)
         if call is not None and call.target in program.roles and call.method:
-            kwargs = {a.key: getattr(a.value, "value", None) for a in call.kwargs}
-            calls.setdefault(call.target, []).append((call.method, kwargs))
+            calls.setdefault(call.target, []).append((call.method, _written_arguments(program, call)))
     rollouts = [(name, kw) for name, methods in calls.items() for method, kw in methods if method == "generate"]
     name, kw = rollouts[0] if rollouts else (next((r.name for r in program.roles.values() if r.kind == "rollout"),
                                                   None), {})
@@ -287,6 +288,23 @@ def step_shape(program: Program) -> StepShape:
     return StepShape(batch=data.get("batch_size") if data is not None else None, n=n,
                      prompt=data.get("max_prompt_length", 64) if data is not None else 64,
                      response=rollout.get("max_new_tokens", 32) if rollout is not None else 0, calls=calls)
+
+
+def _written_arguments(program: Program, call) -> Values:
+    """The arguments a role call writes, as the compiler checks them: one of the wrong type (reported there, as
+    `wrong-type`) raises InvalidValue when read, so the estimate that needs it is skipped, not computed with it."""
+    signature = ROLE_METHODS.get(program.roles[call.target].kind or "", {}).get(call.method)
+    written, invalid = {}, set()
+    for argument in call.kwargs:
+        value = getattr(argument.value, "value", None)
+        key = signature.kwargs.get(argument.key) if signature is not None else None
+        if key is not None and not (argument.key == "policy_loss" and value in program.losses):  # a declared loss
+            try:
+                key.type.convert(argument.value)
+            except TypeMismatch:
+                invalid.add(argument.key)
+        written[argument.key] = value
+    return Values(written, invalid)
 
 
 def intermediate_size(shape: ModelShape) -> int | None:

@@ -54,3 +54,22 @@ def test_a_reward_with_a_wrong_value_is_reported_not_raised(tmp_path, capsys):
     for fmt in ("text", "json"):
         assert main(["plan", str(path), "--format", fmt]) == 1
         assert "error[wrong-type]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mend, message", [
+    (("actor.update(clip = 0.2, epochs = 2, minibatch = 16)", 'actor.update(clip = 0.2, epochs = 2, minibatch = "x")'),
+     "wrong value for `minibatch` of `actor.update`"),
+    (('fn = "rlgraph.tasks.arith:exact_match"', "fn = 3"), "wrong value for `fn`"),
+], ids=["update-minibatch-a-string", "reward-fn-a-number"])
+def test_a_wrong_value_that_planning_reads_is_a_diagnostic_in_check_plan_and_run(mend, message, tmp_path, capsys):
+    # memory read the call's argument from the parse tree and planning the reward's `fn` raw: both ended in a
+    # traceback (TypeError, InvalidValue) after the compiler had reported the value
+    text = (REPO / "specs/ppo_arith.rl").read_text()
+    assert mend[0] in text
+    path = tmp_path / "spec.rl"
+    path.write_text(text.replace(mend[0], mend[1], 1))
+    for command in (["check"], ["plan"], ["plan", "--format", "json"], ["run", "--output", str(tmp_path / "run")]):
+        assert main([command[0], str(path), *command[1:]]) == 1, command
+        out = capsys.readouterr()
+        assert message in out.out + out.err and "Traceback" not in out.out + out.err, command
+    assert not (tmp_path / "run").exists()  # nothing was started
