@@ -44,3 +44,9 @@ def model_of(program: Program, role: Decl) -> str | None:
     if role.get("colocate") is not None:
         return root_of(program, role).get("model")
     return None
+
+
+def pool_device(program: Program, role: Decl) -> str | None:
+    """The device kind (`pool { device }`) a role runs on: its root's pool's; None where that pool is not declared."""
+    pool = program.pools.get(root_of(program, role).get("pool"))
+    return pool.get("device") if pool is not None else None

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlgraph.compiler.builtins import ROLE_METHODS
-from rlgraph.compiler.topology import model_of, root_of
+from rlgraph.compiler.topology import model_of, pool_device, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.diagnostics.codes import CODES
 from rlgraph.contract.engines import EngineFacts, engine_facts
@@ -181,11 +181,6 @@ def _strategy(program: Program, role: Decl) -> str:
 
 def _engine(rollout: Decl) -> EngineFacts:
     return engine_facts(rollout.get("engine"))  # the schema admits only the contract's engine names
-
-
-def _pool_device(program: Program, role: Decl) -> str | None:
-    pool = program.pools.get(root_of(program, role).get("pool"))
-    return pool.get("device", "cpu") if pool is not None else None
 
 
 def shares_actor_weights(program: Program, role: Decl) -> bool:
@@ -445,7 +440,7 @@ def _rollout_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShap
         return
     sequences = _ceil_div((step.batch or 0) * step.n, max(plan.replicas, 1))
     limit = role.get("max_sequences")
-    cpu_kv_cache = _engine(role).cpu_kv_cache if _pool_device(program, role) == "cpu" else None
+    cpu_kv_cache = _engine(role).cpu_kv_cache if pool_device(program, role) == "cpu" else None
     if cpu_kv_cache is not None and weights is not None and shape.max_positions:
         # the KV cache the engine takes on CPU, by the same function it is sized with (rlgraph/contract/engines.py),
         # held for the whole run (vLLM's CPU build has no sleep mode)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.compiler.passes._common import quoted
 from rlgraph.compiler.runtime_support import ENGINES, ROLE_KINDS, EngineFacts
-from rlgraph.compiler.topology import dp_size, model_of, root_of
+from rlgraph.compiler.topology import dp_size, model_of, pool_device, root_of
 from rlgraph.contract.engines import max_tp_on
 from rlgraph.diagnostics import Diagnostic, warning
 from rlgraph.spec.program import Decl, Program
@@ -56,8 +56,7 @@ def _rollout(program: Program, graph: StepGraph, role: Decl, engines: Mapping[st
                         f"(engines: {quoted(engines)})", label="not implemented")]
     out = []
     tp = role.get("tp", 1)
-    pool = program.pools.get(root_of(program, role).get("pool"))
-    device = pool.get("device", "cpu") if pool is not None else "cpu"
+    device = pool_device(program, role) or "cpu"  # an undeclared pool is reported elsewhere
     max_tp = max_tp_on(engine, device)
     if tp > max_tp:
         instead = ("remove `tp`: colocated, the rollout then has a replica on every device it shares"
