@@ -27,6 +27,9 @@ class EngineFacts:
     release_memory: bool  # can free and re-take its device memory between generations
     devices: tuple[str, ...]  # the pool device kinds (`pool { device = ... }`) it runs on
     cpu_max_tp: int | None = None  # max_tp on CPU pools where it is lower; None: max_tp
+    # the package of its own it needs beyond the `run` extra (its class's `check_installed` says how to get it);
+    # None: nothing to check, and pre-flight need not import the engine to know
+    package: str | None = None
     # on CPU pools: the KV cache it takes at start and holds for the run (bytes, from the model's shape; see
     # vllm_cpu_kv_cache_bytes for the arguments), where it differs from the paged GPU budget; None: as on GPUs
     cpu_kv_cache: Callable[..., int] | None = None
@@ -58,12 +61,13 @@ ENGINES: dict[str, EngineFacts] = {facts.name: facts for facts in (
                 kept_log_probs=True, memory_fraction=False, release_memory=True, devices=("cpu", "gpu")),
     # max_tp: one node's GPUs; the adapter does not set up SGLang's multi-node tensor parallelism
     EngineFacts("sglang", "rlgraph.workers.engines.sglang:SGLangEngine", in_place=False, paged=True, max_tp=8,
-                kept_log_probs=True, memory_fraction=True, release_memory=True, devices=("gpu",)),
+                kept_log_probs=True, memory_fraction=True, release_memory=True, devices=("gpu",),
+                package="sglang"),
     # gpu: tp within one node, like sglang; cpu: the vllm-cpu build (0.32.0), one device a replica (the engine
     # runs in the rollout's own process, and vLLM's CPU tensor parallelism needs processes of its own)
     EngineFacts("vllm", "rlgraph.workers.engines.vllm:VLLMEngine", in_place=False, paged=True, max_tp=8,
                 kept_log_probs=True, memory_fraction=True, release_memory=True, devices=("cpu", "gpu"),
-                cpu_max_tp=1, cpu_kv_cache=vllm_cpu_kv_cache_bytes),
+                cpu_max_tp=1, cpu_kv_cache=vllm_cpu_kv_cache_bytes, package="vllm"),
 )}
 
 DEFAULT_ENGINE = "hf"

@@ -1,4 +1,5 @@
-"""Pre-flight: everything that can fail before a worker starts, checked before Ray starts.
+"""Pre-flight: everything that can fail before a worker starts, checked before Ray starts (`check`) or
+while it starts (`prepare`: the tokenizer and the tokenized prompts).
 
 A model path that does not resolve, a data file that does not load (DataError names the file and
 row), a reward function that does not import, a feature the runtime does not have yet: each is a
@@ -32,24 +33,47 @@ class Prepared:
     notes: list[str] = field(default_factory=list)  # things worth a line on the console
 
 
+@dataclass
+class Checked:
+    """What pre-flight's first part found, before Ray starts; `prepare` goes on from it."""
+
+    model_paths: dict[str, str]
+    rows: dict[str, list[dict[str, Any]]]  # "train" / "val" -> every row, checked
+
+
 def preflight(plan: Plan, *, starting_locally: bool) -> Prepared:
+    return prepare(plan, check(plan, starting_locally=starting_locally))
+
+
+def check(plan: Plan, *, starting_locally: bool) -> Checked:
+    """What fails most often, and fast (neither torch nor transformers imported): the runtime supports the plan,
+    loggers import, models resolve, every data row is well formed. `run_plan` does this before it starts Ray,
+    so these errors come at once."""
     _check_supported(plan, starting_locally)
     _check_loggers(plan)
     model_paths = _resolve_models(plan)
+    rows = {split: _rows(plan, split) for split in ("train", "val") if getattr(plan.data, split)}
+    return Checked(model_paths, rows)
+
+
+def prepare(plan: Plan, checked: Checked) -> Prepared:
+    """The rest: rewards and user functions import (with torch), the tokenizer loads (transformers), the
+    environments talk through it, the prompts are tokenized and filtered by length. `run_plan` does this in a
+    thread while Ray starts."""
     rewards = _load_rewards(plan)
     _check_user_functions(plan)
-    tokenizer = _tokenizer(plan, model_paths)
+    tokenizer = _tokenizer(plan, checked.model_paths)
     _check_envs(plan, tokenizer)
     notes: list[str] = []
-    train = _dataset(plan, "train", tokenizer, notes)
-    val = _dataset(plan, "val", tokenizer, notes) if plan.data.val else None
+    train = _dataset(plan, "train", checked.rows["train"], tokenizer, notes)
+    val = _dataset(plan, "val", checked.rows["val"], tokenizer, notes) if "val" in checked.rows else None
     batch_size = plan.data.batch_size
     if len(train) < batch_size:
         raise PreflightError(
             f"data.train has {len(train)} usable prompts, fewer than one batch of data.batch_size = {batch_size}; "
             "lower the batch size, raise data.max_prompt_length, or add prompts."
         )
-    return Prepared(model_paths, tokenizer, train, val, rewards, notes)
+    return Prepared(checked.model_paths, tokenizer, train, val, rewards, notes)
 
 
 def _check_supported(plan: Plan, starting_locally: bool) -> None:
@@ -62,23 +86,25 @@ def _check_supported(plan: Plan, starting_locally: bool) -> None:
     if not generates:
         raise PreflightError("the step never generates: it has no `generate` call")
     # A plan.json is run without the compiler's checks: the engine's own capabilities decide.
-    from rlgraph.contract.engines import max_tp_on
-    from rlgraph.workers.engines import ENGINES, engine_class
+    from rlgraph.contract.engines import ENGINES, max_tp_on
 
     device_of = {p.name: p.device for p in plan.pools}
     for role in plan.roles:
         if role.kind != "rollout":
             continue
-        if role.settings.engine not in ENGINES:
+        facts = ENGINES.get(role.settings.engine)
+        if facts is None:
             raise PreflightError(f"role `{role.name}` uses engine = {role.settings.engine}; this runtime implements "
                                  f"{', '.join(sorted(ENGINES))} (code engine-not-implemented)")
-        engine = engine_class(role.settings.engine)
-        try:
-            engine.check_installed()
-        except ImportError as err:
-            raise PreflightError(f"role `{role.name}`: {err}") from None
+        if facts.package is not None:  # an engine with nothing of its own to install is not imported here
+            from rlgraph.workers.engines import engine_class
+
+            try:
+                engine_class(role.settings.engine).check_installed()
+            except ImportError as err:
+                raise PreflightError(f"role `{role.name}`: {err}") from None
         device = next((device_of[p.pool] for p in plan.placements_of(role.name)), "cpu")
-        max_tp = max_tp_on(engine.capabilities, device)
+        max_tp = max_tp_on(facts, device)
         if role.tp > max_tp:
             raise PreflightError(f"role `{role.name}` has tp = {role.tp}; the {role.settings.engine} engine runs at "
                                  f"most {max_tp} device(s) per replica on {device} pools (code tp-not-implemented)")
@@ -219,15 +245,19 @@ def _tokenizer(plan: Plan, model_paths: dict[str, str]) -> Any:
                              f"{err}{hint}") from None
 
 
-def _dataset(plan: Plan, split: str, tokenizer: Any, notes: list[str]) -> Any:
-    from rlgraph.data import DataError, RLDataset, load_files
+def _rows(plan: Plan, split: str) -> list[dict[str, Any]]:
+    from rlgraph.data import DataError, load_files
 
-    names = getattr(plan.data, split)
-    name = ", ".join(names)
     try:
-        rows = load_files(names)  # every file, one after the other; an error names its file and row
+        return load_files(getattr(plan.data, split))  # every file, one after the other; an error names its file and row
     except DataError as err:
         raise PreflightError(f"data.{split}: {err}") from None
+
+
+def _dataset(plan: Plan, split: str, rows: list[dict[str, Any]], tokenizer: Any, notes: list[str]) -> Any:
+    from rlgraph.data import RLDataset
+
+    name = ", ".join(getattr(plan.data, split))
     max_len = plan.data.max_prompt_length
     dataset = RLDataset(rows, tokenizer, max_prompt_length=max_len)
     if dataset.num_filtered:

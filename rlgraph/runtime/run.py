@@ -26,7 +26,7 @@ from rlgraph.runtime.signals import StopRequest
 
 if TYPE_CHECKING:
     from rlgraph.runtime.loop import RunResult
-    from rlgraph.runtime.preflight import Prepared
+    from rlgraph.runtime.preflight import Checked, Prepared
 
 PLACEMENT_TIMEOUT_ENV = "RLGRAPH_PLACEMENT_TIMEOUT_S"  # seconds to wait for a pool's devices (default 60)
 
@@ -63,10 +63,16 @@ def run_plan(
     starting_locally = not (address or os.environ.get("RAY_ADDRESS")) and not (
         "ray" in sys.modules and ray.is_initialized())
     startup: dict[str, float] = {}  # the parts of the time to the first step, for the first record
-    # Pre-flight in a thread while this one starts Ray (ray.init mostly waits for Ray's own processes, and
-    # the workers Ray starts import torch meanwhile): the wait is the longer of the two, not their sum.
+    # Pre-flight's quick part first (support, models, every data row: the errors users meet most come at once,
+    # before Ray); then the rest (rewards, tokenizer, tokenized prompts) in a thread while this one starts Ray
+    # (ray.init mostly waits for Ray's own processes, whose workers import torch meanwhile).
+    from rlgraph.runtime.preflight import check
+
     clock = time.perf_counter()
-    checking = InBackground(_preflight, plan, starting_locally=starting_locally)
+    checked = check(plan, starting_locally=starting_locally)
+    checked_s = time.perf_counter() - clock
+    checking = InBackground(_prepare, plan, checked)
+    clock = time.perf_counter()
     with contextlib.ExitStack() as cluster_started:
         try:
             cluster = cluster_started.enter_context(ray_cluster(plan, address))
@@ -77,7 +83,7 @@ def run_plan(
         if stop is not None:
             stop.install()  # ray.init replaced the handlers with its own
         prepared = checking.result()
-        startup["startup_s/preflight"] = checking.seconds
+        startup["startup_s/preflight"] = checked_s + checking.seconds  # the two parts; the second overlaps `ray`
         # the pre-flight thread imported these (torch among them): free now
         from rlgraph.runtime import checkpoint as ckpt
         from rlgraph.runtime import history
@@ -186,8 +192,8 @@ class InBackground:
         return self._value
 
 
-def _preflight(plan: Plan, *, starting_locally: bool) -> Prepared:
-    import rlgraph.runtime.loop  # noqa: F401  torch and the rest of the runtime, off the thread that starts Ray
-    from rlgraph.runtime.preflight import preflight
+def _prepare(plan: Plan, checked: Checked) -> Prepared:
+    import rlgraph.runtime.loop  # noqa: F401  the rest of the runtime, off the thread that starts Ray
+    from rlgraph.runtime.preflight import prepare
 
-    return preflight(plan, starting_locally=starting_locally)
+    return prepare(plan, checked)

@@ -64,3 +64,20 @@ def test_a_folder_with_a_sentencepiece_model_only_passes_the_file_check(tmp_path
     (tmp_path / "tokenizer.model").unlink()
     (tmp_path / "cl100k.tiktoken").write_bytes(b"")
     _check_tokenizer_files("model `policy`", str(tmp_path), str(tmp_path))
+
+
+def test_a_bad_data_row_is_refused_before_ray_starts(tmp_path, monkeypatch):
+    # the errors users meet most (a row, a model path, an engine to install) come before Ray is started: the
+    # rest of pre-flight (rewards, tokenizer, tokenizing) runs in a thread while Ray starts
+    import rlgraph.runtime.run as run
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started before the data was checked")
+
+    monkeypatch.setattr(run, "ray_cluster", no_ray)
+    rows = tmp_path / "train.jsonl"
+    rows.write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    plan = plan_from_spec(SPECS / "grpo_arith.rl", f'data.train="{rows}"')
+    with pytest.raises(PreflightError) as refused:
+        run.run_plan(plan, tmp_path / "run")
+    assert str(refused.value).startswith(f"data.train: {rows}:1: no \"reward_model\" field")
