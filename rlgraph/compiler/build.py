@@ -11,7 +11,7 @@ from rlgraph.contract.rollouts import FILTER_GROUPS
 from rlgraph.diagnostics import Diagnostic, Span, error
 from rlgraph.spec import ast
 from rlgraph.spec.program import Decl, Program, Values
-from rlgraph.spec.schema import TypeMismatch
+from rlgraph.spec.schema import Key, TypeMismatch
 from rlgraph.spec.validate import did_you_mean
 
 
@@ -77,12 +77,26 @@ def _signature(call: ast.Call, program: Program, diagnostics: list[Diagnostic],
     return None
 
 
+def _declared_loss(kwarg: ast.Assign, program: Program) -> str | None:
+    """The declared loss `policy_loss = NAME` names, if it names one."""
+    if kwarg.key == "policy_loss" and isinstance(kwarg.value, ast.Ident) and kwarg.value.value in program.losses:
+        return kwarg.value.value
+    return None
+
+
+def argument_value(key: Key, kwarg: ast.Assign, program: Program):
+    """A call argument's value as the step graph holds it; raises TypeMismatch for a value of the wrong type
+    (reported by `_kwargs` as `wrong-type`)."""
+    loss = _declared_loss(kwarg, program)
+    return loss if loss is not None else key.type.convert(kwarg.value)
+
+
 def _kwargs(call: ast.Call, signature: Signature, diagnostics: list[Diagnostic], program: Program):
     values = Values({name: key.default for name, key in signature.kwargs.items()})
     spans = {}
     for kwarg in call.kwargs:
-        if kwarg.key == "policy_loss" and isinstance(kwarg.value, ast.Ident) and kwarg.value.value in program.losses:
-            values[kwarg.key], spans[kwarg.key] = kwarg.value.value, kwarg.value.span  # a declared loss
+        if _declared_loss(kwarg, program) is not None:
+            values[kwarg.key], spans[kwarg.key] = kwarg.value.value, kwarg.value.span
             continue
         key = signature.kwargs.get(kwarg.key)
         if key is None:
@@ -95,7 +109,7 @@ def _kwargs(call: ast.Call, signature: Signature, diagnostics: list[Diagnostic],
             diagnostics.append(error("duplicate-name", f"argument `{kwarg.key}` is given twice", kwarg.key_span))
             continue
         try:
-            values[kwarg.key] = key.type.convert(kwarg.value)
+            values[kwarg.key] = argument_value(key, kwarg, program)
         except TypeMismatch as exc:
             message, close = str(exc), ""
             if kwarg.key == "policy_loss":  # the name of a declared loss is a value too

@@ -49,6 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rlgraph.compiler.build import argument_value
 from rlgraph.compiler.builtins import ROLE_METHODS
 from rlgraph.compiler.topology import model_of, pool_device, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
@@ -291,14 +292,13 @@ def _written_arguments(program: Program, call) -> Values:
     signature = ROLE_METHODS.get(program.roles[call.target].kind or "", {}).get(call.method)
     written, invalid = {}, set()
     for argument in call.kwargs:
-        value = getattr(argument.value, "value", None)
+        written[argument.key] = getattr(argument.value, "value", None)
         key = signature.kwargs.get(argument.key) if signature is not None else None
-        if key is not None and not (argument.key == "policy_loss" and value in program.losses):  # a declared loss
+        if key is not None:
             try:
-                key.type.convert(argument.value)
+                argument_value(key, argument, program)
             except TypeMismatch:
                 invalid.add(argument.key)
-        written[argument.key] = value
     return Values(written, invalid)
 
 

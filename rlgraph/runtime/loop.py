@@ -58,6 +58,12 @@ class RunResult:
     checkpoint: Path | None  # the newest checkpoint
     records: list[dict[str, Any]] = field(default_factory=list)
 
+    @classmethod
+    def of(cls, run_dir: Path, start_step: int, steps: int, wall_time_s: float, checkpoint: Path | None,
+           records: list[dict[str, Any]]) -> RunResult:
+        return cls(run_dir, start_step, steps, wall_time_s, _first(records, "val/score/mean"),
+                   _last(records, "val/score/mean"), checkpoint, records)
+
 
 def with_run_length(plan: Plan, prompts: int) -> Plan:
     """`plan` with train.steps counted from train.epochs over `prompts` training prompts (prompts // batch_size
@@ -72,17 +78,6 @@ def with_run_length(plan: Plan, prompts: int) -> Plan:
             role = dataclasses.replace(role, settings=dataclasses.replace(role.settings, optim=optim))
         roles.append(role)
     return dataclasses.replace(plan, train=dataclasses.replace(plan.train, steps=steps), roles=roles)
-
-
-def _model_paths(plan: Plan, prepared: Prepared, resume_from: ckpt.Checkpoint | None) -> dict[str, str]:
-    """Where each role's weights load from: its model, or the trained roles' folders of the checkpoint."""
-    model_paths = dict(prepared.model_paths)
-    if resume_from is not None:
-        for role in plan.roles:
-            # a trained role the checkpoint lacks (added with --accept-changes) starts from its model
-            if role.kind in TRAINED_KINDS and resume_from.model_dir(role.name).is_dir():
-                model_paths[role.name] = str(resume_from.model_dir(role.name))
-    return model_paths
 
 
 class Trainer:
@@ -230,8 +225,8 @@ class Trainer:
         records = writer.records
         wall = time.perf_counter() - started
         plot_curves(records, self.run_dir / "curves.png")
-        result = RunResult(self.run_dir, start_step, self.step, wall, _first(records, "val/score/mean"),
-                           _last(records, "val/score/mean"), last_checkpoint.path if last_checkpoint else None, records)
+        result = RunResult.of(self.run_dir, start_step, self.step, wall,
+                              last_checkpoint.path if last_checkpoint else None, records)
         self._summary(result)
         return result
 

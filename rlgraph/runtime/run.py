@@ -1,9 +1,10 @@
 """`run_plan(plan, run_dir)`: pre-flight, Ray, the processes, the loop, and recovery from a process's death.
 
-Start-up overlaps what does not wait on each other: this thread starts Ray (ray.init mostly waits for Ray's
-own processes; the idle workers it starts import torch and transformers meanwhile, see cluster.WORKER_IMPORTS)
-while a second thread imports the rest of the runtime (torch, transformers) and pre-flights the plan. So this
-module imports neither at its top: the first thread must be free to start Ray at once.
+Start-up overlaps what does not wait on each other: pre-flight's quick part (`preflight.check`: support, models,
+data rows) runs first, then this thread starts Ray (ray.init mostly waits for Ray's own processes; the idle
+workers it starts import torch and transformers meanwhile, see cluster.WORKER_IMPORTS) while a second thread
+imports the rest of the runtime and does the rest of pre-flight (`preflight.prepare`). So this module imports
+neither torch nor transformers at its top: Ray must not wait for them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rlgraph.runtime.signals import StopRequest
 
 if TYPE_CHECKING:
     from rlgraph.runtime.loop import RunResult
+    from rlgraph.runtime.checkpoint import Checkpoint
     from rlgraph.runtime.preflight import Checked, Prepared
 
 PLACEMENT_TIMEOUT_ENV = "RLGRAPH_PLACEMENT_TIMEOUT_S"  # seconds to wait for a pool's devices (default 60)
@@ -89,7 +91,7 @@ def run_plan(
         from rlgraph.runtime import history
         from rlgraph.runtime.driver import ray_errors
         from rlgraph.runtime.lowering import DEFAULT_PLACEMENT_TIMEOUT_S, Lowered, lower
-        from rlgraph.runtime.loop import RunResult, Trainer, _first, _last, _model_paths, with_run_length
+        from rlgraph.runtime.loop import RunResult, Trainer, with_run_length
         from rlgraph.runtime.metrics import METRICS_FILE, read_metrics
         from rlgraph.runtime.roles import worker_specs
 
@@ -119,9 +121,8 @@ def run_plan(
             length = f"train.epochs = {plan.train.epochs}" if plan.train.epochs is not None else "train.steps"
             console.log(f"{run_dir} is already trained to step {resume_from.step} ({length}: {total} steps); nothing to "
                         f"do. Raise {length.split(' ')[0]} to go on, or pass --no-resume to start over.")
-            records = read_metrics(run_dir / METRICS_FILE)
-            return RunResult(run_dir, resume_from.step, resume_from.step, time.perf_counter() - started,
-                             _first(records, "val/score/mean"), _last(records, "val/score/mean"), resume_from.path, records)
+            return RunResult.of(run_dir, resume_from.step, resume_from.step, time.perf_counter() - started,
+                                resume_from.path, read_metrics(run_dir / METRICS_FILE))
         if resume_from is not None:
             console.log(f"resuming from {resume_from.path} (step {resume_from.step})")
 
@@ -163,6 +164,19 @@ def run_plan(
             finally:
                 console.stop()
                 lowered.shutdown()
+
+
+def _model_paths(plan: Plan, prepared: Prepared, resume_from: Checkpoint | None) -> dict[str, str]:
+    """Where each role's weights load from: its model, or the trained roles' folders of the checkpoint."""
+    from rlgraph.runtime.loop import TRAINED_KINDS
+
+    model_paths = dict(prepared.model_paths)
+    if resume_from is not None:
+        for role in plan.roles:
+            # a trained role the checkpoint lacks (added with --accept-changes) starts from its model
+            if role.kind in TRAINED_KINDS and resume_from.model_dir(role.name).is_dir():
+                model_paths[role.name] = str(resume_from.model_dir(role.name))
+    return model_paths
 
 
 class InBackground:
