@@ -491,3 +491,27 @@ BLOCKS: dict[str, BlockSchema] = {
                        "(verl: trainer.logger)", ["console"]),
     }),
 }
+
+# The names users of verl, TRL and OpenRLHF write for a key rlgraph spells otherwise: an unknown key that is one of
+# these is offered its rlgraph name (difflib finds typos, not synonyms: `learning_rate` is not close to `lr`).
+FOREIGN_NAMES = {
+    "learning_rate": "lr", "max_grad_norm": "grad_clip", "clip_grad": "grad_clip", "grad_norm": "grad_clip",
+    "adam_betas": "betas", "lr_warmup_steps": "warmup_steps", "lr_warmup_steps_ratio": "warmup_ratio",
+    "lora_rank": "rank", "r": "rank", "lora_alpha": "alpha", "lora_dropout": "dropout",
+    "num_generations": "n", "num_samples": "n", "n_samples_per_prompt": "n",
+    "max_tokens": "max_new_tokens", "max_response_length": "max_new_tokens", "max_completion_length": "max_new_tokens",
+    "response_length": "max_new_tokens", "generate_max_len": "max_new_tokens",
+    "tensor_model_parallel_size": "tp", "tensor_parallel_size": "tp",
+    "gpu_memory_utilization": "memory_fraction", "max_num_seqs": "max_sequences",
+    "ppo_micro_batch_size_per_gpu": "micro_batch", "micro_batch_size": "micro_batch",
+    "per_device_train_batch_size": "micro_batch", "ppo_max_token_len_per_gpu": "micro_batch_tokens",
+    "enable_gradient_checkpointing": "gradient_checkpointing", "use_remove_padding": "remove_padding",
+    "entropy_coef": "entropy_coeff", "train_batch_size": "batch_size", "rollout_batch_size": "batch_size",
+    "train_files": "train", "val_files": "val", "eval_dataset": "val", "train_dataset": "train",
+    "total_training_steps": "steps", "max_steps": "steps", "total_epochs": "epochs", "num_train_epochs": "epochs",
+    "test_freq": "validate_every", "eval_steps": "validate_every", "save_freq": "checkpoint_every",
+    "save_steps": "checkpoint_every", "max_actor_ckpt_to_keep": "keep_checkpoints", "save_total_limit": "keep_checkpoints",
+    "logger": "loggers", "report_to": "loggers", "n_gpus_per_node": "devices_per_node", "nnodes": "nodes",
+    "num_nodes": "nodes", "model_path": "path", "pretrain": "path", "model_name_or_path": "path",
+    "reward_funcs": "fn", "compute_score": "fn", "num_workers": "workers",
+}

@@ -8,11 +8,15 @@ from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.spec import ast
 from rlgraph.spec.loader import Loaded
 from rlgraph.spec.program import Decl, Program, Values
-from rlgraph.spec.schema import BLOCKS, ROLE_KEYS, ROLE_KINDS, BlockSchema, TypeMismatch, plain_value
+from rlgraph.spec.schema import (BLOCKS, FOREIGN_NAMES, ROLE_KEYS, ROLE_KINDS, BlockSchema, TypeMismatch,
+                                 plain_value)
 
 
 def did_you_mean(name: str, options) -> str:
-    close = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
+    options = list(options)
+    if FOREIGN_NAMES.get(name) in options:  # verl's or TRL's name for the key: no typo, another spelling
+        return f"did you mean `{FOREIGN_NAMES[name]}`? (rlgraph's name for `{name}`)"
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
     return f"did you mean `{close[0]}`?" if close else ""
 
 

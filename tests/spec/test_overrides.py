@@ -56,3 +56,17 @@ def test_bad_overrides_point_into_the_override(override, code, column):
     (problem,) = [d for d in result.diagnostics if d.span.file == "<override 1>"]
     assert (problem.code, problem.span.line, problem.span.column) == (code, 1, column)
     assert result.sources["<override 1>"] == override
+
+
+@pytest.mark.parametrize("override, offered", [
+    ("actor.optim.learning_rate=1e-4", "lr"),        # verl and TRL spell it so
+    ("actor.optim.max_grad_norm=1.0", "grad_clip"),
+    ("rollout.num_generations=4", "n"),              # TRL's GRPOConfig
+    ("rollout.gpu_memory_utilization=0.4", "memory_fraction"),  # vLLM's
+    ("train.total_training_steps=5", "steps"),
+    ("actor.optim.lrr=1e-4", "lr"),                  # a typo still gets difflib's suggestion
+])
+def test_a_key_written_as_verl_or_trl_name_it_is_offered_rlgraphs_name(override, offered):
+    (problem,) = [d for d in compiled(override).diagnostics if d.span.file == "<override 1>"]
+    assert problem.code == "unknown-key"
+    assert any(f"did you mean `{offered}`?" in hint for hint in problem.hints), problem.hints
