@@ -240,16 +240,29 @@ def _delete(folder: Path) -> None:
     shutil.rmtree(hidden, ignore_errors=True)
 
 
-def remove_all(run_dir: Path) -> int:
-    """Start fresh: delete every checkpoint of the run; returns how many there were."""
-    root = Path(run_dir) / CHECKPOINTS
+EARLIER = "earlier"  # where a fresh start (--no-resume) moves the run it replaces: run_dir/earlier/<n>/
+
+
+def set_aside(run_dir: Path, also: tuple[str, ...] = ()) -> tuple[int, Path | None]:
+    """Start fresh without losing the earlier run: move its checkpoints (and the files of the run directory named
+    in `also`, e.g. metrics.jsonl) into a new run_dir/earlier/<n>/. Returns how many checkpoints there were and
+    the folder (None when there was nothing to move). A rename: no copy, whatever the checkpoints' size."""
+    run_dir = Path(run_dir)
     count = len(checkpoints(run_dir))
-    if root.is_dir():
-        for child in root.iterdir():
-            if not child.name.startswith("."):
-                _delete(child)
-        shutil.rmtree(root, ignore_errors=True)
-    return count
+    moving = [run_dir / name for name in (CHECKPOINTS, *also) if (run_dir / name).exists()]
+    if not count and not any(path.name != CHECKPOINTS for path in moving):
+        if (run_dir / CHECKPOINTS).is_dir():  # only leftovers of interrupted writes: nothing worth keeping
+            shutil.rmtree(run_dir / CHECKPOINTS, ignore_errors=True)
+        return 0, None
+    earlier = run_dir / EARLIER
+    earlier.mkdir(exist_ok=True)
+    number = 1 + max((int(p.name) for p in earlier.iterdir() if p.name.isdigit()), default=0)
+    target = earlier / str(number)
+    target.mkdir()
+    for path in moving:
+        with writing(path):
+            os.replace(path, target / path.name)
+    return count, target
 
 
 # --- verifying, before a resume ---

@@ -91,7 +91,7 @@ def run_plan(
         from rlgraph.runtime import history
         from rlgraph.runtime.driver import ray_errors
         from rlgraph.runtime.lowering import DEFAULT_PLACEMENT_TIMEOUT_S, Lowered, lower
-        from rlgraph.runtime.loop import RunResult, Trainer, with_run_length
+        from rlgraph.runtime.loop import SAMPLES_FILE, RunResult, Trainer, with_run_length
         from rlgraph.runtime.metrics import METRICS_FILE, read_metrics
         from rlgraph.runtime.roles import worker_specs
 
@@ -112,10 +112,11 @@ def run_plan(
                              log=lambda message: console.log(escape(message)))
         if write_inputs is not None:  # plan.json and the spec: only once the resume check let the run start
             write_inputs()
-        if not resume:
-            removed = ckpt.remove_all(run_dir)
-            if removed:
-                console.log(f"starting fresh: removed {removed} checkpoint(s) of an earlier run in {run_dir}")
+        if not resume:  # the earlier run moved aside, not deleted: --no-resume typed by mistake costs nothing
+            moved, aside = ckpt.set_aside(run_dir, also=(METRICS_FILE, SAMPLES_FILE))
+            if aside is not None:
+                console.log(f"starting fresh: the earlier run ({moved} checkpoint(s), its metrics and samples) was "
+                            f"moved to {aside}; delete that folder to free its space")
         total = plan.train.steps
         if resume_from is not None and resume_from.step >= total:
             length = f"train.epochs = {plan.train.epochs}" if plan.train.epochs is not None else "train.steps"

@@ -37,6 +37,18 @@ def test_rewriting_a_step_replaces_it(tmp_path):
     assert [c.step for c in ckpt.checkpoints(tmp_path)] == [2]
 
 
-def test_remove_all(tmp_path):
-    _write(tmp_path, 2)
-    assert ckpt.remove_all(tmp_path) == 1 and ckpt.latest_checkpoint(tmp_path) is None
+def test_a_fresh_start_sets_the_earlier_run_aside_and_a_second_one_next_to_it(tmp_path):
+    for attempt in (1, 2):
+        _write(tmp_path, 2)
+        (tmp_path / "metrics.jsonl").write_text(f'{{"attempt": {attempt}}}\n')
+        assert ckpt.set_aside(tmp_path, also=("metrics.jsonl", "samples.jsonl")) == (1, tmp_path / "earlier" / str(attempt))
+        assert ckpt.latest_checkpoint(tmp_path) is None and not (tmp_path / "metrics.jsonl").exists()
+    for attempt in (1, 2):  # each earlier run whole, where it can be resumed from by hand
+        kept = tmp_path / "earlier" / str(attempt)
+        assert ckpt.latest_checkpoint(kept).trainer_state()["step"] == 2
+        assert (kept / "metrics.jsonl").read_text() == f'{{"attempt": {attempt}}}\n'
+
+
+def test_a_fresh_start_in_an_empty_run_directory_moves_nothing(tmp_path):
+    assert ckpt.set_aside(tmp_path, also=("metrics.jsonl",)) == (0, None)
+    assert not (tmp_path / "earlier").exists()
