@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output", metavar="DIR", help="run directory (default runs/<spec name>)")
     run.add_argument("--address", metavar="ADDR", help="Ray cluster to connect to (default: RAY_ADDRESS, "
                      "else a local instance started and stopped by rlgraph)")
-    run.add_argument("--no-resume", action="store_true", help="start fresh even if the run directory has checkpoints")
+    run.add_argument("--no-resume", action="store_true", help="start fresh even if the run directory has checkpoints (the earlier run is moved to DIR/earlier/N/, not deleted)")
     run.add_argument("--accept-changes", action="store_true",
                      help="resume even though the plan differs from the one the checkpoint was trained with")
     _add_overrides(run)
