@@ -21,7 +21,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import ray
 import torch
@@ -36,7 +36,7 @@ from rlgraph.runtime.metrics import MetricsWriter, episode_metrics, plot_curves
 from rlgraph.runtime.preflight import Prepared
 from rlgraph.runtime.process import rng_state, set_rng_state
 from rlgraph.runtime.roles import WorkerSpec, generate_call
-from rlgraph.runtime.signals import StopRequest
+from rlgraph.runtime.signals import STOP, StopRequest
 from rlgraph.runtime.transforms import DriverCalls, score
 from rlgraph.runtime.update_guard import UpdateGuard
 from rlgraph.workers.batch import Rollout
@@ -132,10 +132,13 @@ class Trainer:
 
     # --- the loop ---
 
-    def fit(self, started: float, startup: dict[str, float] | None = None, stop: StopRequest | None = None) -> RunResult:
+    def fit(self, started: float, startup: dict[str, float] | None = None, stop: StopRequest | None = None,
+            on_step: Callable[[dict[str, Any]], Any] | None = None) -> RunResult:
         """Train to train.steps. `startup` (startup_s/*: preflight, ray, placement, workers, data_parallel,
         restore, total) goes into the first record this call writes. A `stop` request ends the loop after the
-        step in progress, checkpointed (raises signals.Stopped)."""
+        step in progress, checkpointed (raises signals.Stopped). `on_step` gets a copy of each step's record
+        (before its checkpoint is written); when it returns signals.STOP the loop checkpoints that step and
+        returns."""
         startup = dict(startup or {})
         total = self.train_cfg.steps
         validate_every = self.train_cfg.validate_every
@@ -204,8 +207,9 @@ class Trainer:
                     record.update(val)
                     record["timing_s/testing"] = time.perf_counter() - t
                     last_val = val.get("val/score/mean", last_val)
+                stopping = on_step is not None and on_step(dict(record)) is STOP
                 staged = None
-                if stop.requested or step == total or (checkpoint_every and step % checkpoint_every == 0):
+                if stopping or stop.requested or step == total or (checkpoint_every and step % checkpoint_every == 0):
                     t = time.perf_counter()
                     staged = self.stage_checkpoint(step, record, loader_state)
                     record["timing_s/save_checkpoint"] = time.perf_counter() - t
@@ -217,6 +221,8 @@ class Trainer:
                     self.console.sample(result.samples[0])
                 self.console.update(step, record.get("critic/score/mean"), last_val)
                 self.update_guard.observe(step, record, self.console.log)
+                if stopping:
+                    break
         finally:
             self.console.stop()
             writer.close()

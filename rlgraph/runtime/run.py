@@ -45,6 +45,7 @@ def run_plan(
     invocation: dict[str, Any] | None = None,
     write_inputs: Callable[[], None] | None = None,
     stop: StopRequest | None = None,
+    on_step: Callable[[dict[str, Any]], Any] | None = None,
 ) -> RunResult:
     """Train `plan`, writing into `run_dir`. Raises a RunError subclass on anything a user can fix.
 
@@ -54,7 +55,8 @@ def run_plan(
 
     An existing Ray connection in this process is used as is (and left running); otherwise see
     `rlgraph.runtime.cluster`. With `stop` (installed by the caller, see signals.py) a signal stops the loop
-    after the step in progress, with a checkpoint of it (raises signals.Stopped).
+    after the step in progress, with a checkpoint of it (raises signals.Stopped). `on_step` gets each step's
+    metrics record; returning signals.STOP from it ends the run after that step, checkpointed (Trainer.fit).
     """
     import ray  # here, before the pre-flight thread starts: the two threads then import nothing in common
 
@@ -148,7 +150,7 @@ def run_plan(
                     trainer.restore(resume_from)
                     startup["startup_s/restore"] = time.perf_counter() - clock
                 startup["startup_s/total"] = time.perf_counter() - started
-                return trainer.fit(started, startup, stop=stop)
+                return trainer.fit(started, startup, stop=stop, on_step=on_step)
             except ProcessDiedError as err:
                 if not running or recoveries >= plan.train.max_failures:
                     raise

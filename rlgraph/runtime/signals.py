@@ -27,6 +27,16 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
 
 
+class _Stop:
+    def __repr__(self) -> str:
+        return "rlgraph.STOP"
+
+
+# What an `on_step` callback (rlgraph.run) returns to end the run after that step, with a checkpoint of it, as a
+# first Ctrl-C does; the run then returns as one that finished.
+STOP = _Stop()
+
+
 class Stopped(Exception):
     """The loop stopped on a signal after `step`; `checkpoint` holds that step (None: it had trained none)."""
 
