@@ -86,6 +86,18 @@ def test_kl_penalty_log_prob_from_the_reference_policy(tmp_path):
     assert any("needs the log-probs of an actor as `log_prob`" in m for m in messages)
 
 
+def test_kl_penalty_on_the_rollouts_kept_log_probs_says_why_not_and_what_to_pass(tmp_path):
+    """actor.update takes kept log-probs; kl_penalty does not: the hint says why (the user asked)."""
+    step = (PPO_STEP.replace("prompts -> rollout.generate -> responses", "prompts -> rollout.generate -> responses, kept")
+            .replace("scores, old_log_prob, ref_log_prob -> kl_penalty", "scores, kept, ref_log_prob -> kl_penalty"))
+    result = compile_text(tmp_path, spec(step, PPO_ROLES))
+    d = only(result, "algorithm")
+    assert d.message == "`kl_penalty` needs the log-probs of an actor as `log_prob`, but `kept` comes from `rollout.generate`"
+    assert d.hints[0].startswith("pass the output of `responses -> actor.log_prob -> old_log_prob`; the reference's "
+                                 "log-probs come from the trainer's forward pass")
+    assert "`actor.update` accepts kept log-probs" in d.hints[0]
+
+
 def test_one_advantage_estimator_per_step(tmp_path):
     text = spec(GRPO_STEP + "\n  scores -> rloo_advantage -> rloo_adv")
     result = compile_text(tmp_path, text)

@@ -88,7 +88,21 @@ def _kl_inputs(program: Program, graph: StepGraph, node: CallNode) -> list[Diagn
     return (expect_producer(graph, node, "ref_log_prob", "the log-probs of a reference policy",
                             is_call("ref", "log_prob"), ref_hint)
             + expect_producer(graph, node, "log_prob", "the log-probs of an actor", is_call("actor", "log_prob"),
-                              f"pass the output of `responses -> {actor}.log_prob -> old_log_prob`"))
+                              f"pass the output of `responses -> {actor}.log_prob -> old_log_prob`"
+                              + _WHY_NOT_KEPT * _from_generate(graph, node.input("log_prob"))))
+
+
+# `actor.update` takes the rollout's kept log-probs because there they are what they are, the behaviour policy's;
+# a KL penalty compares two of the trainer's own forward passes, and a rollout engine's numbers differ from them.
+_WHY_NOT_KEPT = ("; the reference's log-probs come from the trainer's forward pass, and a rollout engine's from "
+                 "its own kernels and precision, so the penalty would charge their difference to the policy even "
+                 "where the policy equals the reference (`actor.update` accepts kept log-probs as the behaviour "
+                 "policy's: that is what they are)")
+
+
+def _from_generate(graph: StepGraph, name: str | None) -> bool:
+    producer = graph.producer(name) if name is not None else None
+    return producer is not None and is_call("rollout", "generate")(producer)
 
 
 def _one_estimator(graph: StepGraph) -> list[Diagnostic]:
