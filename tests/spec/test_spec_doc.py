@@ -20,7 +20,7 @@ from rlgraph.compiler.builtins import REWARD_CALL, ROLE_METHODS, TRANSFORMS, Sig
 from rlgraph.diagnostics import CODES
 from rlgraph.spec import schema
 from rlgraph.spec.formatter import format_text
-from rlgraph.spec.schema import BLOCKS, OPTIM, ROLE_KEYS, ROLLOUT_VAL, Key
+from rlgraph.spec.schema import BLOCKS, LORA, OPTIM, ROLE_KEYS, ROLLOUT_VAL, Key
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
 SECTION = re.compile(r"(<!-- BEGIN GENERATED (\w+) -->\n)(.*?)(<!-- END GENERATED \2 -->)", re.S)
@@ -64,6 +64,8 @@ def _type(t) -> str:
         return f"{t.target} name"
     if isinstance(t, schema.FieldNames):
         return "list of field names (`[scores]`)"
+    if isinstance(t, schema.Names):
+        return "string or list of strings"
     if isinstance(t, schema.ListOf):
         size = f"{t.length} " if t.length is not None else ""
         return f"list of {size}({_type(t.item)})"
@@ -110,6 +112,8 @@ def roles_section() -> str:
         out += [f"#### `kind = {kind}`", "", key_table(keys)]
     out += ["#### `optim { ... }` (actor and critic)", "", OPTIM.doc[0].upper() + OPTIM.doc[1:] + ".", "",
             key_table(OPTIM.keys)]
+    out += ["#### `lora { ... }` (actor)", "", LORA.doc[0].upper() + LORA.doc[1:] + ".", "",
+            key_table(LORA.keys)]
     out += ["#### `val { ... }` (rollout)", "", ROLLOUT_VAL.doc[0].upper() + ROLLOUT_VAL.doc[1:] + ".", "",
             key_table(ROLLOUT_VAL.keys)]
     return "\n".join(out)
