@@ -4,11 +4,12 @@
      "overrides": ["actor.optim.lr=1e-3"], "plan_hash": "<sha256>",
      "start": "fresh" | "resumed" | "refused", "resumed_from_step": 40 | null,
      "plan_changes": [{"key": "actor.optim.lr", "old": 0.0003, "new": 0.001}, ...] | null,
-     "accepted_changes": [...]}
+     "accepted_changes": [...], "warnings": ["the tokenizer ... does not decode what it encodes ...", ...]}
 
 `plan_changes` compares the plan with the checkpoint's (null when there is none to compare with);
-`accepted_changes` are those of them that needed --accept-changes. A refused resume is recorded too: it
-did overwrite the run directory's plan.json, spec/ and overrides.txt. Appended before any worker starts,
+`accepted_changes` are those of them that needed --accept-changes; `warnings` what pre-flight warned of
+(rlgraph/runtime/preflight.py `Prepared.warnings`). A refused resume is recorded too: it did overwrite the
+run directory's plan.json, spec/ and overrides.txt. Appended before any worker starts,
 so a run that crashes or is interrupted is in the history as well.
 """
 
@@ -18,7 +19,7 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from rlgraph.plan.diff import Change, diff_plans, plan_hash, render_diff
 from rlgraph.runtime.errors import RunError
@@ -39,7 +40,7 @@ def invocation(file: str, overrides: list[str]) -> dict[str, Any]:
 
 
 def record_start(run_dir: Path, plan: dict[str, Any], checkpoint: Checkpoint | None, *, accept_changes: bool,
-                 invocation: dict[str, Any] | None, log: Callable[[str], None]) -> None:
+                 invocation: dict[str, Any] | None, log: Callable[[str], None], warnings: Sequence[str] = ()) -> None:
     """Compare a resume's plan with its checkpoint's and append this run to history.jsonl.
 
     Raises PlanChangedError (after recording the refusal) when the plan changed beyond diff.RESUME_SAFE
@@ -52,6 +53,7 @@ def record_start(run_dir: Path, plan: dict[str, Any], checkpoint: Checkpoint | N
         "resumed_from_step": checkpoint.step if checkpoint else None,
         "plan_changes": None,
         "accepted_changes": [],
+        "warnings": list(warnings),
     }
     trained_with = checkpoint.plan() if checkpoint else None
     if checkpoint is not None and trained_with is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rlgraph.plan.model import Plan
@@ -21,6 +22,7 @@ from rlgraph.runtime.roles import ALIAS, generate_call, worker_specs
 # vocabulary files are among the others); tiktoken files end in .tiktoken
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "vocab.txt",
                    "spiece.model", "sentencepiece.bpe.model")
+ROUND_TRIP_ROWS = 8  # the first rows of data.train whose prompt and ground truth must decode to what was encoded
 
 
 @dataclass
@@ -31,6 +33,7 @@ class Prepared:
     val: Any | None  # RLDataset
     rewards: dict[str, Any]  # reward name -> RuleReward
     notes: list[str] = field(default_factory=list)  # things worth a line on the console
+    warnings: list[str] = field(default_factory=list)  # likely mistakes: on the console and in history.jsonl
 
 
 @dataclass
@@ -73,7 +76,8 @@ def prepare(plan: Plan, checked: Checked) -> Prepared:
             f"data.train has {len(train)} usable prompts, fewer than one batch of data.batch_size = {batch_size}; "
             "lower the batch size, raise data.max_prompt_length, or add prompts."
         )
-    return Prepared(checked.model_paths, tokenizer, train, val, rewards, notes)
+    warnings = round_trip_warnings(tokenizer, checked.rows["train"][:ROUND_TRIP_ROWS], "data.train")
+    return Prepared(checked.model_paths, tokenizer, train, val, rewards, notes, warnings)
 
 
 def _check_supported(plan: Plan, starting_locally: bool) -> None:
@@ -243,6 +247,51 @@ def _tokenizer(plan: Plan, model_paths: dict[str, str]) -> Any:
             hint = " Install the run extra, which has both: pip install 'rlgraph[run]'"
         raise PreflightError(f"the tokenizer of role `{role}` does not load from {path}: {type(err).__name__}: "
                              f"{err}{hint}") from None
+
+
+def round_trip_warnings(tokenizer: Any, rows: list[dict[str, Any]], split: str) -> list[str]:
+    """A warning when the tokenizer does not give back what it encodes: a prompt or ground truth of `rows` that,
+    encoded without special tokens and decoded with skip_special_tokens=True (as the reward reads a response),
+    is not the same text. Then no response can be scored as the ground truth is written, and every reward is
+    alike. The seen case: transformers 5 loads a tokenizer by the model's config.json `model_type` (a WordLevel
+    tokenizer saved beside a qwen2 config loads as Qwen2Tokenizer, which decodes without the spaces)."""
+    differing = []  # (row, what, text, decoded)
+    for row_number, row in enumerate(rows, start=1):
+        prompt = row["prompt"]
+        texts = [("prompt", prompt)] if isinstance(prompt, str) else [
+            (f"prompt message {i + 1}", message["content"]) for i, message in enumerate(prompt)]
+        truth = row["reward_model"]["ground_truth"]
+        if isinstance(truth, (str, int, float)) and not isinstance(truth, bool):
+            texts.append(("ground truth", str(truth)))
+        for what, text in texts:
+            decoded = tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"], skip_special_tokens=True)
+            if decoded != text:
+                differing.append((row_number, what, text, decoded))
+    if not differing:
+        return []
+    shown = [next(d for d in differing if d[1] == kind) for kind in ("prompt", "ground truth")
+             if any(d[1] == kind for d in differing)] or differing[:1]
+    cases = "; ".join(f"the {what} of {split} row {row_number}, {text!r}, decodes as {decoded!r}"
+                      for row_number, what, text, decoded in shown)
+    kind = type(tokenizer).__name__
+    model_type = _model_type(getattr(tokenizer, "name_or_path", ""))
+    built = f"transformers builds the tokenizer class of config.json's `model_type` ({model_type!r} here) " \
+        "over the saved vocabulary, so a tokenizer trained on its own (a tokenizers WordLevel or BPE one) can come " \
+        "back changed; " if model_type else ""
+    return [f"the tokenizer ({kind}) does not decode what it encodes: {cases} ({len(differing)} of the texts of the "
+            f"first {len(rows)} rows differ). Responses are decoded the same way before the reward reads them, so "
+            f"one may never match the ground truth as written and every reward comes out alike. {built}save the "
+            "tokenizer so that `AutoTokenizer.from_pretrained(folder)` decodes what it encodes (for a model_type, "
+            "one of that family's tokenizer kind), or give the model the config of its tokenizer's family."]
+
+
+def _model_type(folder: str) -> str | None:
+    import json
+
+    try:
+        return json.loads((Path(folder) / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _rows(plan: Plan, split: str) -> list[dict[str, Any]]:

@@ -99,6 +99,8 @@ def run_plan(
 
         for note in prepared.notes:
             console.log(f"[yellow]note[/]: {note}")
+        for warning in prepared.warnings:  # in history.jsonl too (record_start)
+            console.log(f"[yellow]warning[/]: {escape(warning)}")
         if plan.train.steps is None:  # train.epochs: the steps follow from the data, now that it is loaded
             plan = with_run_length(plan, len(prepared.train))
             per_epoch = plan.train.steps // plan.train.epochs
@@ -111,6 +113,7 @@ def run_plan(
         resume_from = ckpt.resume_checkpoint(run_dir, warn=lambda message: console.log(
             f"[yellow]warning[/]: {escape(message)}")) if resume else None
         history.record_start(run_dir, plan.to_dict(), resume_from, accept_changes=accept_changes, invocation=invocation,
+                             warnings=prepared.warnings,
                              log=lambda message: console.log(escape(message)))
         if write_inputs is not None:  # plan.json and the spec: only once the resume check let the run start
             write_inputs()
