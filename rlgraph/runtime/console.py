@@ -1,4 +1,5 @@
-"""What a person sees during a run: a progress bar (step, reward, last validation, ETA), then a summary."""
+"""What a person sees during a run: on a terminal a progress bar (step, reward, last validation, ETA); in a log
+file or a pipe (`tee`, a batch job) one line of the step's key metrics per step; then a summary."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class RunConsole:
         self.ray_log = ray_log
         self.progress: Progress | None = None
         self.task = None
+        self.total = 0  # the run's last step, for the step lines
 
     @contextlib.contextmanager
     def ray_logs_to_file(self) -> Iterator[None]:
@@ -75,7 +77,12 @@ class RunConsole:
                         f"advantage {number(sample['advantage'])}"))
 
     def start(self, total: int, done: int) -> None:
+        """The progress bar on a terminal; elsewhere a bar is drawn only once, at its end, so `step_done` writes
+        a line per step instead."""
         if not self.enabled:
+            return
+        self.total = total
+        if not self.console.is_terminal:
             return
         self.progress = Progress(
             TextColumn("[bold]step"),
@@ -102,6 +109,13 @@ class RunConsole:
             fields["val"] = f"{val:.3f}"
         self.progress.update(self.task, completed=step, **fields)
 
+    def step_done(self, step: int, record: dict[str, Any], last_val: float | None) -> None:
+        """Step `step` is done (`record`: its line of metrics.jsonl): the bar moves, or its line is written."""
+        if self.progress is not None:
+            self.update(step, record.get("critic/score/mean"), last_val)
+        elif self.enabled:
+            self.console.print(escape(step_line(step, self.total, record)), highlight=False, soft_wrap=True)
+
     def stop(self) -> None:
         if self.progress is not None:
             self.progress.stop()
@@ -117,3 +131,25 @@ class RunConsole:
         for row in rows:
             table.add_row(*row)
         self.console.print(table)
+
+
+# (label, metrics.jsonl key, format) of a step line, in order; a key the step has not is left out
+STEP_LINE = (
+    ("reward", "critic/score/mean", ".3f"),
+    ("val", "val/score/mean", ".3f"),
+    ("kl", "actor/kl_loss", ".4g"),
+    ("reward_kl", "actor/reward_kl_penalty", ".4g"),
+    ("entropy", "actor/entropy", ".3f"),
+    ("grad_norm", "actor/grad_norm", ".3g"),
+    ("zero_adv", "batch/zero_advantage_groups", ".2f"),
+    ("resp_len", "response_length/mean", ".1f"),
+)
+
+
+def step_line(step: int, total: int, record: dict[str, Any]) -> str:
+    """One step's key metrics on one line, as verl's console logger prints them: `step 3/10 | reward 0.250 | ...`."""
+    parts = [f"step {step}/{total}"]
+    parts += [f"{label} {record[key]:{fmt}}" for label, key, fmt in STEP_LINE if isinstance(record.get(key), (int, float))]
+    if isinstance(record.get("timing_s/step"), (int, float)):
+        parts.append(f"{record['timing_s/step']:.2f} s")
+    return " | ".join(parts)

@@ -36,6 +36,7 @@ from rlgraph.runtime.metrics import MetricsWriter, episode_metrics, plot_curves
 from rlgraph.runtime.preflight import Prepared
 from rlgraph.runtime.process import rng_state, set_rng_state
 from rlgraph.runtime.roles import WorkerSpec, generate_call
+from rlgraph.runtime.signal_guard import SignalGuard
 from rlgraph.runtime.signals import STOP, StopRequest
 from rlgraph.runtime.transforms import DriverCalls, score
 from rlgraph.runtime.update_guard import UpdateGuard
@@ -91,6 +92,7 @@ class Trainer:
         self.seed = plan.train.seed
         self.driver_calls = DriverCalls(plan, prepared.rewards)
         self.update_guard = UpdateGuard()  # warns on skipped optimizer updates, fails a run that makes none
+        self.signal_guard = SignalGuard()  # warns on steps in a row whose groups all scored alike
         self.driver = StepDriver(plan, lowered, specs, self.driver_calls)
         if self.driver.use_local_step(prepared.rewards):
             console.log("every role lives in one process: each step runs there in one call")
@@ -219,8 +221,9 @@ class Trainer:
                 if result.samples:
                     write_samples(self.run_dir / SAMPLES_FILE, result.samples)
                     self.console.sample(result.samples[0])
-                self.console.update(step, record.get("critic/score/mean"), last_val)
+                self.console.step_done(step, record, last_val)
                 self.update_guard.observe(step, record, self.console.log)
+                self.signal_guard.observe(step, record, self.console.log)
                 if stopping:
                     break
         finally:
