@@ -10,18 +10,21 @@ from torch.utils.data import Dataset
 Prompt = str | list[dict[str, str]]
 
 
-def encode_prompt(tokenizer: Any, prompt: Prompt) -> tuple[list[int], str]:
+def encode_prompt(tokenizer: Any, prompt: Prompt, tools: Sequence[dict[str, Any]] = ()) -> tuple[list[int], str]:
     """(input_ids, the text they encode) for one prompt.
 
     With a chat template (`tokenizer.chat_template` set) the prompt is rendered as a conversation
-    (a plain string becomes one user message) ending in the assistant's turn. Without one, the text is
-    the string itself (a message list: its contents joined by newlines) and the ids are exactly
+    (a plain string becomes one user message) ending in the assistant's turn, with `tools` (OpenAI function
+    schemas: an environment's, docs/environments.md) rendered where the template puts them. Without one, the
+    text is the string itself (a message list: its contents joined by newlines) and the ids are exactly
     `tokenizer(text)["input_ids"]`, so whatever the tokenizer adds by itself (a BOS, say) is kept.
     """
     if getattr(tokenizer, "chat_template", None):
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        # tools=None, not [], when there are none: some templates write an empty tools section for a list
+        options = {"add_generation_prompt": True, "tools": list(tools) or None}
+        text = tokenizer.apply_chat_template(messages, tokenize=False, **options)
+        ids = tokenizer.apply_chat_template(messages, tokenize=True, **options)
         if isinstance(ids, Mapping):  # transformers 5 returns a BatchEncoding by default
             ids = ids["input_ids"]
         return list(ids), text
@@ -45,10 +48,12 @@ class RLDataset(Dataset):
     `max_prompt_length=None` keeps every prompt.
     """
 
-    def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, max_prompt_length: int | None = None) -> None:
+    def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, max_prompt_length: int | None = None,
+                 tools: Sequence[dict[str, Any]] = ()) -> None:
+        """`tools`: the tool schemas the chat template renders into every prompt (see `encode_prompt`)."""
         self.items: list[dict[str, Any]] = []
         self.num_filtered = 0
-        encoded = _encode_all(tokenizer, [row["prompt"] for row in rows])
+        encoded = _encode_all(tokenizer, [row["prompt"] for row in rows], tools)
         for index, (row, (ids, text)) in enumerate(zip(rows, encoded)):
             if max_prompt_length is not None and len(ids) > max_prompt_length:
                 self.num_filtered += 1
@@ -71,9 +76,9 @@ class RLDataset(Dataset):
         return self.items[i]
 
 
-def _encode_all(tokenizer: Any, prompts: list[Prompt]) -> list[tuple[list[int], str]]:
+def _encode_all(tokenizer: Any, prompts: list[Prompt], tools: Sequence[dict[str, Any]]) -> list[tuple[list[int], str]]:
     if getattr(tokenizer, "chat_template", None) or not prompts:
-        return [encode_prompt(tokenizer, p) for p in prompts]
+        return [encode_prompt(tokenizer, p, tools) for p in prompts]
     # One batched call is the same as one call per text, and much faster for a fast tokenizer.
     texts = [prompt_as_text(p) for p in prompts]
     return [(list(ids), text) for ids, text in zip(tokenizer(texts)["input_ids"], texts)]

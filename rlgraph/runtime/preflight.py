@@ -31,7 +31,7 @@ class Prepared:
     tokenizer: Any
     train: Any  # RLDataset
     val: Any | None  # RLDataset
-    rewards: dict[str, Any]  # reward name -> RuleReward
+    rewards: dict[str, Any]  # reward name -> RuleReward, or RewardService
     notes: list[str] = field(default_factory=list)  # things worth a line on the console
     warnings: list[str] = field(default_factory=list)  # likely mistakes: on the console and in history.jsonl
 
@@ -66,10 +66,10 @@ def prepare(plan: Plan, checked: Checked) -> Prepared:
     rewards = _load_rewards(plan)
     _check_user_functions(plan)
     tokenizer = _tokenizer(plan, checked.model_paths)
-    _check_envs(plan, tokenizer)
+    tools = _check_envs(plan, tokenizer)
     notes: list[str] = []
-    train = _dataset(plan, "train", checked.rows["train"], tokenizer, notes)
-    val = _dataset(plan, "val", checked.rows["val"], tokenizer, notes) if "val" in checked.rows else None
+    train = _dataset(plan, "train", checked.rows["train"], tokenizer, notes, tools)
+    val = _dataset(plan, "val", checked.rows["val"], tokenizer, notes, tools) if "val" in checked.rows else None
     batch_size = plan.data.batch_size
     if len(train) < batch_size:
         raise PreflightError(
@@ -180,23 +180,31 @@ def _check_tokenizer_files(model: str, path: str, folder: str) -> None:
     )
 
 
-def _check_envs(plan: Plan, tokenizer: Any) -> None:
+def _check_envs(plan: Plan, tokenizer: Any) -> list[dict[str, Any]]:
     """Every environment a generate call uses imports, keeps the interface and can talk through the policy's
-    tokenizer in its tool format (a `tag` format needs its tags as single tokens)."""
+    tokenizer in its tool format (a `tag` format needs its tags as single tokens). Returns the tool schemas the
+    chat template renders into the prompts: the trained generate's environment's, in the chat_template format
+    (the prompts are tokenized once, for the step's generate; the tag format's tools are the data's to describe)."""
+    from rlgraph.contract.rollouts import trained_generate
     from rlgraph.workers.envs.loading import EnvError, load_env_class
     from rlgraph.workers.envs.tools import ToolFormatError, make_tool_format
 
+    rendered: list[dict[str, Any]] = []
+    trained = trained_generate(plan.calls)
     for call in plan.calls:
         env = getattr(call.settings, "env", None)
         if env is None:
             continue
         try:
             tools = list(getattr(load_env_class(env), "tools", []) or [])
-            make_tool_format(env.tool_format, tokenizer, tools)
+            tool_format = make_tool_format(env.tool_format, tokenizer, tools)
         except EnvError as err:
             raise PreflightError(str(err)) from None
         except ToolFormatError as err:
             raise PreflightError(f"env `{env.name}` ({env.declared_at}): {err}") from None
+        if call is trained and tool_format.name == "chat_template":
+            rendered = tools
+    return rendered
 
 
 def _load_rewards(plan: Plan) -> dict[str, Any]:
@@ -209,6 +217,14 @@ def _load_rewards(plan: Plan) -> dict[str, Any]:
         guards = plan.reward_settings.get(name)
         if guards is None:  # a Plan built by hand without them
             raise PreflightError(f"reward `{name}` has no settings in the plan (max_invalid_fraction, timeout_s)")
+        if guards.url is not None:  # a service: nothing to import, and it is first called in the first step
+            from rlgraph.workers.reward_service import RewardService
+
+            rewards[name] = RewardService(guards.url, max_invalid_fraction=guards.max_invalid_fraction,
+                                          timeout_s=guards.timeout_s, rows_per_request=guards.rows_per_request,
+                                          concurrency=guards.concurrency, retries=guards.retries,
+                                          backoff_s=guards.backoff_s)
+            continue
         try:
             rewards[name] = RuleReward(fn, max_invalid_fraction=guards.max_invalid_fraction, timeout_s=guards.timeout_s,
                                        base_dir=base_dir, batched=guards.batched, workers=guards.workers)
@@ -303,12 +319,13 @@ def _rows(plan: Plan, split: str) -> list[dict[str, Any]]:
         raise PreflightError(f"data.{split}: {err}") from None
 
 
-def _dataset(plan: Plan, split: str, rows: list[dict[str, Any]], tokenizer: Any, notes: list[str]) -> Any:
+def _dataset(plan: Plan, split: str, rows: list[dict[str, Any]], tokenizer: Any, notes: list[str],
+             tools: list[dict[str, Any]]) -> Any:
     from rlgraph.data import RLDataset
 
     name = ", ".join(getattr(plan.data, split))
     max_len = plan.data.max_prompt_length
-    dataset = RLDataset(rows, tokenizer, max_prompt_length=max_len)
+    dataset = RLDataset(rows, tokenizer, max_prompt_length=max_len, tools=tools)
     if dataset.num_filtered:
         notes.append(f"data.{split}: {dataset.num_filtered} of {len(rows)} prompts are longer than "
                      f"max_prompt_length = {max_len} tokens and were left out")

@@ -52,6 +52,20 @@ def test_chat_template_is_applied_with_a_generation_prompt(char_tokenizer):
     assert dataset[1]["prompt_text"] == "user 2+2= assistant "  # a string prompt is one user message
 
 
+def test_an_environments_tools_are_rendered_by_the_chat_template_into_every_prompt(char_tokenizer):
+    """A Qwen-style template writes the tool schemas it is given before the conversation; none given, none written."""
+    from rlgraph.workers.envs import tool_schema
+
+    tokenizer = copy.deepcopy(char_tokenizer)
+    tokenizer.chat_template = ("{% if tools %}tools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}. "
+                               "{% endif %}" + TEMPLATE)
+    calc = tool_schema("calc", "evaluate an expression", {"expr": {"type": "string"}})
+    with_tools = RLDataset([row("1+1=")], tokenizer, tools=[calc])[0]
+    assert with_tools["prompt_text"] == "tools: calc. user 1+1= assistant "
+    assert with_tools["input_ids"] == char_tokenizer("tools: calc. user 1+1= assistant ")["input_ids"]
+    assert RLDataset([row("1+1=")], tokenizer)[0]["prompt_text"] == "user 1+1= assistant "
+
+
 def test_overlong_prompts_are_filtered_and_counted(char_tokenizer):
     rows = [row("1+1="), row("1+1+1+1="), row("12+1="), row("1+1+1+1+1+1+1=")]
     dataset = RLDataset(rows, char_tokenizer, max_prompt_length=5)
