@@ -267,12 +267,17 @@ class FilterGroupsSettings:
 
 @dataclass(frozen=True)
 class RewardSettings:
-    """A rule reward's guards (its function is `Plan.rewards[name]`)."""
+    """A reward's guards: a rule reward's (its function is `Plan.rewards[name]`) or a reward service's (`url`)."""
 
     max_invalid_fraction: float  # share of a batch's rows that may get no usable score (left out of the update)
-    timeout_s: float  # the most seconds one call of the function (one row) may take
+    timeout_s: float  # the most seconds one call of the function (one row), or a service's request, may take
     batched: bool  # the function takes the batch's columns as lists and returns a list of scores
     workers: int  # processes that score a batch's rows in parallel (a batched function uses one)
+    url: str | None  # the service that scores the rows (rlgraph/workers/reward_service.py); None: a function
+    rows_per_request: int  # of a service
+    concurrency: int  # a service's requests in flight at the same time
+    retries: int  # after a connection error, a timeout or a 5xx answer
+    backoff_s: float  # before the first retry, doubled at each next one
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ _ALL = [
     Code("unknown-kind", "error", "a role of an unknown kind"),
     Code("missing-block", "error", "a block the spec needs is absent"),
     Code("unknown-env", "error", "a generate call names an environment that is not declared"),
+    Code("reward-kind", "error", "a reward function's key on a reward service, or the other way round"),
     # --- dataflow (graph passes) -------------------------------------------------
     Code("unknown-call", "error", "a call that neither a role nor a built-in provides"),
     Code("bad-arguments", "error", "wrong inputs, outputs or keyword arguments for a call"),

@@ -110,7 +110,8 @@ class Plan:
     pools: list[PoolPlan] = field(default_factory=list)
     roles: list[RolePlan] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)
-    rewards: dict[str, str] = field(default_factory=dict)  # reward name -> `module:function`
+    # reward name -> `module:function`; None for a reward service (its url is in reward_settings)
+    rewards: dict[str, str | None] = field(default_factory=dict)
     reward_settings: dict[str, RewardSettings] = field(default_factory=dict)  # reward name -> its guards
     calls: list[CallPlan] = field(default_factory=list)
     syncs: list[list[str]] = field(default_factory=list)  # [trained role, rollout role]

@@ -172,7 +172,9 @@ def data_settings(program: Program) -> s.DataSettings | None:
 
 
 def reward_settings(values: dict[str, Any]) -> s.RewardSettings:
-    return s.RewardSettings(values["max_invalid_fraction"], values["timeout_s"], values["batched"], values["workers"])
+    return s.RewardSettings(values["max_invalid_fraction"], values["timeout_s"], values["batched"], values["workers"],
+                            values.get("url"), values["rows_per_request"], values["concurrency"], values["retries"],
+                            values["backoff_s"])
 
 
 def train_settings(program: Program) -> s.TrainSettings:

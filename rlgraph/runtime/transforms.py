@@ -93,6 +93,7 @@ class DriverCalls:
             # with no share allowed an unscored row is an error, so the count would always read 0
             metrics = {f"reward/{call.target}/invalid": result.num_invalid} if reward.max_invalid_fraction else {}
             metrics.update({f"reward/{call.target}/{key}": value for key, value in result.extras.items()})
+            metrics.update({f"reward/{call.target}/{key}": value for key, value in result.metrics.items()})
             return {"scores": result.token_level_scores}, metrics
         if call.id in self.user_transforms:
             return self._user_transform(call, inputs, rollout, when)

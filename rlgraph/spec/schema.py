@@ -396,20 +396,31 @@ BLOCKS: dict[str, BlockSchema] = {
     }),
     "role": BlockSchema("a role in training: actor, rollout, ref, critic or reward_model", keys=_ALL_ROLE_KEYS,
                         blocks={"optim": OPTIM, "lora": LORA, "val": ROLLOUT_VAL}),
-    "reward": BlockSchema("a rule reward: a Python function `module:function` or `path/to/file.py:function`", keys={
+    "reward": BlockSchema("a reward: a Python function `module:function` or `path/to/file.py:function` (`fn`), or a "
+                          "service that scores rows over HTTP (`url`)", keys={
         "fn": Key(Str(), "`module:function` or `file.py:function` (a relative path and a module are looked for in the "
                   "spec's folder too) with signature (data_source, solution_str, ground_truth, extra_info), "
-                  "returning a float or a dict with a float `score`",
-                  required=True),
+                  "returning a float or a dict with a float `score`; one of `fn` and `url`"),
+        "url": Key(Str(), "an http:// or https:// address that takes a POST of a JSON object of lists (data_sources, "
+                   "solution_strs, ground_truths, extra_infos, prompts) and answers {\"scores\": [...]}, one number "
+                   "(or dict with a `score`) per row; one of `fn` and `url`"),
         "max_invalid_fraction": Key(Float(0.0, 1.0), "share of a batch's rows that may get no usable score (NaN, "
-                                    "inf, not a number): those rows are left out of the update; more is an error",
-                                    0.0),
-        "timeout_s": Key(Float(min=0.001), "the most seconds one call of the function (one row) may take", 60.0),
+                                    "inf, not a number; of a service: a request that finally failed, or garbage): "
+                                    "those rows are left out of the update; more is an error", 0.0),
+        "timeout_s": Key(Float(min=0.001), "the most seconds one call of the function (one row) may take; of a "
+                         "service: the most seconds a request waits to connect, and then for each part of the answer",
+                         60.0),
         "batched": Key(Bool(), "the function takes the batch as lists (data_sources, solution_strs, ground_truths, "
                        "extra_infos) and returns a list of scores, in one call per batch (timeout_s is for that call)",
                        False),
         "workers": Key(Int(min=1, max=256), "processes that score a batch's rows at the same time, each row with "
                        "its own timeout_s (a batched function uses one; verl: reward_model.num_workers)", 4),
+        "rows_per_request": Key(Int(min=1, max=MAX_BATCH), "a service's rows per request", 64),
+        "concurrency": Key(Int(min=1, max=256), "a service's requests in flight at the same time", 8),
+        "retries": Key(Int(min=0, max=100), "times a service's request is sent again after a connection error, a "
+                       "timeout or a 5xx answer (never after a 4xx)", 3),
+        "backoff_s": Key(Float(min=0.0, max=60.0), "seconds before a service request's first retry, doubled at "
+                         "each next one (at most 30 s, drawn between half and all of it)", 0.5),
     }),
     "transform": BlockSchema("a user transform, called in the step like a built-in one (`scores -> NAME -> "
                              "advantages`) and run where the built-ins run; its keyword arguments and their defaults "

@@ -29,6 +29,8 @@ class RewardScores:
     token_level_scores: torch.Tensor  # (batch, R) float32: each row's score on its reward_index, 0 elsewhere
     valid: torch.Tensor  # (batch,) bool: False where the function gave no usable score (the score is 0 there)
     extras: dict[str, float] = field(default_factory=dict)  # a dict's other numeric keys, each a batch mean
+    # how the scores were got (a reward service's requests, retries, latency), by name under reward/NAME/
+    metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def num_invalid(self) -> int:
@@ -117,15 +119,19 @@ class RuleReward:
                 f"{len(invalid)} of {len(rows)} rows had none (rows {_first_rows(invalid)}). {allowed}: fix the function, or raise `max_invalid_fraction` in "
                 "the reward's block to leave up to that share of a batch's rows out of the update."
             )
-        valid = torch.ones(len(rows), dtype=torch.bool)
-        valid[invalid] = False
-        numbers = [0.0 if isinstance(v, str) else v for v in values]
-        if rollout.episodes is not None:  # a sample whose environment failed gets no reward (and no loss)
-            numbers = [0.0 if episode.failed else v for v, episode in zip(numbers, rollout.episodes)]
-        token_level_scores = torch.zeros(rollout.responses.shape, dtype=torch.float32)  # (batch, R)
-        token_level_scores[torch.arange(len(rollout)), rollout.reward_index.cpu()] = torch.tensor(numbers)
-        means = {key: sum(extra) / len(extra) for key, extra in extras.items()}
-        return RewardScores(token_level_scores, valid, means)
+        return scores_of(rollout, values, extras)
+
+
+def scores_of(rollout: Rollout, values: list[Any], extras: dict[str, list[float]]) -> RewardScores:
+    """RewardScores from one value per row: a float, or (no usable score) a string saying what came instead."""
+    valid = torch.tensor([not isinstance(v, str) for v in values], dtype=torch.bool)
+    numbers = [0.0 if isinstance(v, str) else v for v in values]
+    if rollout.episodes is not None:  # a sample whose environment failed gets no reward (and no loss)
+        numbers = [0.0 if episode.failed else v for v, episode in zip(numbers, rollout.episodes)]
+    token_level_scores = torch.zeros(rollout.responses.shape, dtype=torch.float32)  # (batch, R)
+    token_level_scores[torch.arange(len(rollout)), rollout.reward_index.cpu()] = torch.tensor(numbers)
+    means = {key: sum(extra) / len(extra) for key, extra in extras.items()}
+    return RewardScores(token_level_scores, valid, means)
 
 
 def describe_row(rollout: Rollout, row: int) -> str:

@@ -200,7 +200,7 @@ def score_rows(fn: RewardFn, rows: list[Row], on_row: Callable[[int], None] | No
             return values, (BATCH, f"returned {shown(returned)}, not a list of {len(rows)} scores (one per row)",
                             "", None), extras
         for value in returned:
-            _take(value, values, extras)
+            take_score(value, values, extras)
         return values, None, extras
     for i, args in enumerate(rows):
         if on_row is not None:
@@ -210,11 +210,13 @@ def score_rows(fn: RewardFn, rows: list[Row], on_row: Callable[[int], None] | No
         except Exception as err:
             frame = traceback.extract_tb(err.__traceback__)[-1]
             return values, (i, f"{type(err).__name__}: {err}", f"{frame.filename}:{frame.lineno}", err), extras
-        _take(value, values, extras)
+        take_score(value, values, extras)
     return values, None, extras
 
 
-def _take(value: Any, values: list[Any], extras: dict[str, list[float]]) -> None:
+def take_score(value: Any, values: list[Any], extras: dict[str, list[float]]) -> None:
+    """Append one returned value to `values` (its score, or its repr when it is none) and its extras, if any
+    (a reward service's answers are read the same way)."""
     number = as_score(value.get("score") if isinstance(value, dict) else value)
     values.append(shown(value) if number is None else number)
     if isinstance(value, dict) and number is not None:

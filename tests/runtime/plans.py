@@ -68,7 +68,9 @@ def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollo
     ]
     return Plan(
         spec="<test>", pools=pools, roles=roles, placements=placements, rewards={"exact": reward},
-        reward_settings={"exact": s.RewardSettings(max_invalid_fraction=0.0, timeout_s=60.0, batched=False, workers=1)},
+        reward_settings={"exact": s.RewardSettings(max_invalid_fraction=0.0, timeout_s=60.0, batched=False, workers=1,
+                                                       url=None, rows_per_request=64, concurrency=8, retries=3,
+                                                       backoff_s=0.5)},
         calls=calls, syncs=[["actor", "rollout"]], schedule=schedule,
         data=s.DataSettings(train=("builtin:arith/train",), val=("builtin:arith/val",), batch_size=batch_size,
                             max_prompt_length=64, shuffle=True, val_batch_size=256),

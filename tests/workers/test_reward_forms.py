@@ -36,7 +36,8 @@ def plan_with(tmp_path, fn: str) -> Plan:
     """A plan of a spec in tmp_path that names `fn` (the rest of the plan plays no part in loading rewards)."""
     spec = tmp_path / "task.rl"
     spec.write_text("rlgraph 1\n")
-    return Plan(spec=str(spec), rewards={"exact": fn}, reward_settings={"exact": RewardSettings(0.0, 30.0, False, 1)})
+    guards = RewardSettings(0.0, 30.0, False, 1, url=None, rows_per_request=64, concurrency=8, retries=3, backoff_s=0.5)
+    return Plan(spec=str(spec), rewards={"exact": fn}, reward_settings={"exact": guards})
 
 
 @pytest.mark.parametrize("timeout_s", [None, 30.0])  # in this process, and in a process of its own

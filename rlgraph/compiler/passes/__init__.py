@@ -13,6 +13,7 @@ from rlgraph.compiler.passes.environments import environments
 from rlgraph.compiler.passes.offload import offload
 from rlgraph.compiler.passes.paths import paths
 from rlgraph.compiler.passes.resolve import resolve
+from rlgraph.compiler.passes.rewards import rewards
 from rlgraph.compiler.passes.roles import roles
 from rlgraph.compiler.passes.runtime_support import runtime_support
 from rlgraph.compiler.passes.sampling import sampling
@@ -22,6 +23,7 @@ from rlgraph.compiler.passes.user_functions import user_functions
 PASSES = (
     paths,      # model folders and data files exist (marks a missing one invalid for the passes after it)
     resolve,    # names: models, pools, roles, places
+    rewards,    # each reward a function (`fn`) or a service (`url`), with its own kind's keys
     dataflow,   # fields: produced once, used, acyclic, of the right kind
     roles,      # trained roles updated once from the right inputs; every role called
     algorithm,  # estimators, KL, weight syncs

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from rlgraph.compiler.graph import StepGraph
-from rlgraph.compiler.passes._common import names_python_object
 from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.spec.program import Program
 from rlgraph.spec.validate import did_you_mean
@@ -45,11 +44,6 @@ def resolve(program: Program, graph: StepGraph) -> list[Diagnostic]:
             out.append(error("missing-key", f"rollout `{role.name}` needs a `model` when it is not colocated",
                              role.span, "add `model = NAME`, or `colocate = actor` to generate with the actor's weights"))
     out += _colocate_cycles(program)
-    for reward in program.rewards.values():
-        fn = reward.get("fn") or ""
-        if reward.is_set("fn") and not names_python_object(fn):
-            out.append(error("wrong-type", f"`{fn}` does not name a Python function", reward.span_of("fn"),
-                             'write `fn = "package.module:function"` or `fn = "path/to/file.py:function"`'))
     if program.data is None:
         span = program.step.span if program.step else next(iter(program.names().values()), None)
         span = span if span is None or hasattr(span, "file") else span.span
