@@ -14,6 +14,7 @@ Include rule (documented in docs/spec.md):
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field, replace
 
 from rlgraph.diagnostics import Diagnostic, Span, error
@@ -102,12 +103,30 @@ def load(path: str) -> Loaded:
     return loaded
 
 
+MAX_SPEC_BYTES = 1 << 20  # a spec is text: a larger "spec" is a mistake or hostile
+
+
 def _read(path: str, display: str, via: ast.Include | None, loaded: Loaded) -> str | None:
+    # `check` must be safe on a spec from anyone's repo: only a regular file of at most MAX_SPEC_BYTES is read,
+    # so an include of /dev/zero does not read without end, and one of a FIFO does not wait for a writer
+    # (O_NONBLOCK: the open returns at once, and fstat then says what it is).
+    data, reason = b"", None
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            kind = _not_regular(os.fstat(fd).st_mode)
+            if kind is not None:
+                reason = f"it is {kind}, not a regular file"
+            else:
+                while len(data) <= MAX_SPEC_BYTES and (chunk := os.read(fd, MAX_SPEC_BYTES + 1 - len(data))):
+                    data += chunk
+                if len(data) > MAX_SPEC_BYTES:
+                    reason = f"it is larger than {MAX_SPEC_BYTES:,} bytes (1 MiB), and a spec is text of at most that"
+        finally:
+            os.close(fd)
     except OSError as exc:
         reason = exc.strerror or str(exc)
+    if reason is not None:
         if via is None:
             loaded.diagnostics.append(error("io", f"cannot read `{display}`: {reason}", Span.point(display)))
         else:
@@ -119,6 +138,16 @@ def _read(path: str, display: str, via: ast.Include | None, loaded: Loaded) -> s
     if problem:
         loaded.diagnostics.append(problem)
     return text
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file that is not a regular file is ("a FIFO"), or None for a regular file."""
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None if stat.S_ISREG(mode) else "not a file"
 
 
 def _load_file(path: str, via: ast.Include | None, stack: list[str], loaded: Loaded, merged: dict) -> None:

@@ -8,6 +8,7 @@ from importlib import resources
 
 from lark import (Lark, Token, Transformer, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput,
                   UnexpectedToken, v_args)
+from lark.exceptions import VisitError
 
 from rlgraph.diagnostics import Diagnostic, Span, error
 from rlgraph.spec import ast
@@ -51,6 +52,24 @@ def parse_number(text: str) -> tuple[float | int, str | None]:
     return value, unit
 
 
+# An integer literal has at most this many digits. No setting takes a number near 10**100, and Python
+# refuses to convert one of more than 4300 digits at all (a traceback, not a diagnostic, without this).
+MAX_INT_DIGITS = 100
+
+
+class LiteralTooLong(UnexpectedInput):
+    """An integer literal of more than MAX_INT_DIGITS digits; raised while the tree becomes the AST."""
+
+    def __init__(self, token: Token):
+        self.token = token
+        self.line, self.column = token.line, token.column
+        self.pos_in_stream = token.start_pos
+
+    def __str__(self) -> str:
+        digits = sum(c.isdigit() for c in self.token)
+        return f"integer literal too long: {digits} digits, where a spec's numbers have at most {MAX_INT_DIGITS}"
+
+
 class _ToAst(Transformer):
     def __init__(self, file: str):
         super().__init__()
@@ -62,6 +81,8 @@ class _ToAst(Transformer):
     # ---- values
     def number(self, children):
         (tok,) = children
+        if not any(c in tok for c in ".eE") and sum(c.isdigit() for c in tok) > MAX_INT_DIGITS:
+            raise LiteralTooLong(tok)
         value, unit = parse_number(str(tok))
         return ast.Number(value, unit, str(tok), self._s(tok))
 
@@ -373,7 +394,12 @@ def parse_text(text: str, file: str) -> tuple[ast.SpecFile | None, list[Diagnost
         tree = _lark().parse(text, start="start")
     except UnexpectedInput as exc:
         return None, [_syntax_diagnostic(exc, file, text)]
-    header, items = _ToAst(file).transform(tree)
+    try:
+        header, items = _transform(tree, file)
+    except LiteralTooLong as exc:
+        tok = exc.token
+        return None, [error("syntax", str(exc), _span(file, tok), "no setting takes a number this large: "
+                            "write the value it should have", label="integer literal too long")]
     comments = tuple(ast.Comment(str(t), _span(file, t)) for t in _CommentSink.tokens)
     return ast.SpecFile(file, header, items, comments), []
 
@@ -381,4 +407,14 @@ def parse_text(text: str, file: str) -> tuple[ast.SpecFile | None, list[Diagnost
 def parse_value(text: str, file: str) -> ast.Value:
     """One value, as written on the right of `=`. Raises lark's UnexpectedInput."""
     _check_nesting(text)
-    return _ToAst(file).transform(_lark().parse(text, start="value"))
+    return _transform(_lark().parse(text, start="value"), file)
+
+
+def _transform(tree, file: str):
+    """The AST of a parse tree; a LiteralTooLong comes out as itself, not wrapped in lark's VisitError."""
+    try:
+        return _ToAst(file).transform(tree)
+    except VisitError as exc:
+        if isinstance(exc.orig_exc, LiteralTooLong):
+            raise exc.orig_exc from None
+        raise
