@@ -49,8 +49,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rlgraph.compiler.build import argument_value
-from rlgraph.compiler.builtins import ROLE_METHODS
 from rlgraph.compiler.topology import model_of, pool_device, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.diagnostics.codes import CODES
@@ -59,10 +57,10 @@ from rlgraph.plan.memory_activations import Pass, activation_bytes, backward_pea
 from rlgraph.plan.memory_advice import first_cause, verified_fixes
 from rlgraph.plan.memory_engine import EngineBudget, kv_bytes_per_token
 from rlgraph.plan.model import MemoryRow, Placement, PoolPlan, RolePlan
+from rlgraph.plan.shape import StepShape, step_shape
 from rlgraph.plan.placement import place
 from rlgraph.plan.view import format_bytes
-from rlgraph.spec.program import Decl, Program, Values
-from rlgraph.spec.schema import TypeMismatch
+from rlgraph.spec.program import Decl, Program
 from rlgraph.spec.validate import did_you_mean
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -245,61 +243,6 @@ def kv_cache_bytes(shape: ModelShape, *, prompt_length: int, new_tokens: int, se
     """KV cache per device: 2 (K, V) × layers × kv_heads per device × head_dim × tokens × sequences × bytes."""
     return (kv_bytes_per_token(shape.layers, shape.kv_heads, shape.head_dim, DTYPE_BYTES[dtype], tp)
             * (prompt_length + new_tokens) * sequences)
-
-
-@dataclass(frozen=True)
-class StepShape:
-    """What the step hands each call: prompts per step, samples per prompt, the lengths, each role's calls."""
-
-    batch: int | None  # prompts per step
-    n: int  # samples per prompt of the trained generate call
-    prompt: int  # max_prompt_length
-    response: int  # max_new_tokens of that call's rollout
-    calls: dict[str, list[tuple[str, dict]]]  # role name -> [(method, the call's own arguments)]
-    # the longest row of a micro-batch counted in rows, when shorter than the full length (the worst case)
-    longest: int | None = None
-
-    @property
-    def length(self) -> int:
-        return self.prompt + self.response
-
-    @property
-    def row_length(self) -> int:
-        """Tokens of a micro-batch's longest row: the working memory that grows with the rows' lengths."""
-        return min(self.longest, self.length) if self.longest else self.length
-
-
-def step_shape(program: Program) -> StepShape:
-    calls: dict[str, list[tuple[str, dict]]] = {}
-    for statement in (program.step.statements if program.step is not None else ()):
-        call = getattr(statement, "call", None)
-        if call is not None and call.target in program.roles and call.method:
-            calls.setdefault(call.target, []).append((call.method, _written_arguments(program, call)))
-    rollouts = [(name, kw) for name, methods in calls.items() for method, kw in methods if method == "generate"]
-    name, kw = rollouts[0] if rollouts else (next((r.name for r in program.roles.values() if r.kind == "rollout"),
-                                                  None), {})
-    rollout = program.roles.get(name) if name else None
-    n = kw.get("n") or (rollout.get("n", 1) if rollout is not None else 1)
-    data = program.data
-    return StepShape(batch=data.get("batch_size") if data is not None else None, n=n,
-                     prompt=data.get("max_prompt_length", 64) if data is not None else 64,
-                     response=rollout.get("max_new_tokens", 32) if rollout is not None else 0, calls=calls)
-
-
-def _written_arguments(program: Program, call) -> Values:
-    """The arguments a role call writes, as the compiler checks them: one of the wrong type (reported there, as
-    `wrong-type`) raises InvalidValue when read, so the estimate that needs it is skipped, not computed with it."""
-    signature = ROLE_METHODS.get(program.roles[call.target].kind or "", {}).get(call.method)
-    written, invalid = {}, set()
-    for argument in call.kwargs:
-        written[argument.key] = getattr(argument.value, "value", None)
-        key = signature.kwargs.get(argument.key) if signature is not None else None
-        if key is not None:
-            try:
-                argument_value(key, argument, program)
-            except TypeMismatch:
-                invalid.add(argument.key)
-    return Values(written, invalid)
 
 
 def intermediate_size(shape: ModelShape) -> int | None:

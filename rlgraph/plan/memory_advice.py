@@ -14,6 +14,7 @@ from collections.abc import Callable
 from rlgraph.compiler.topology import root_of
 from rlgraph.contract.engines import engine_facts
 from rlgraph.plan.model import MemoryRow, RolePlan
+from rlgraph.plan.shape import step_shape
 from rlgraph.plan.view import format_bytes
 from rlgraph.spec.program import Program
 
@@ -116,7 +117,6 @@ def _candidates(program: Program, pool: str) -> list[Change]:
 def _token_budgets(program: Program, role) -> list[Change]:
     """Token budgets (verl's use_dynamic_bsz) of a few rows of full length each, largest first: they bound a
     micro-batch's working memory whatever the rows' lengths. One replaces the role's micro_batch."""
-    from rlgraph.plan.memory import step_shape  # memory.py imports this module
 
     length = step_shape(program).length
     budget, micro = role.get("micro_batch_tokens"), role.get("micro_batch")
@@ -132,7 +132,6 @@ def _token_budgets(program: Program, role) -> list[Change]:
 def _generation_limits(program: Program, role) -> list[Change]:
     """Scheduler limits for an hf rollout (`max_sequences`: the batch generated in chunks), largest first: its
     KV cache is that of one chunk. Each chunk is a pass of its own, so a smaller one costs generation time."""
-    from rlgraph.plan.memory import step_shape  # memory.py imports this module
 
     step = step_shape(program)
     at_once = -(-(step.batch or 0) * step.n // max(_dp(program, role), 1))
