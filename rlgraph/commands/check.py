@@ -5,22 +5,17 @@ from __future__ import annotations
 import json
 import sys
 
-from rlgraph.compiler import compile_spec
-from rlgraph.diagnostics import has_errors, render_concise, render_full
-from rlgraph.plan.build import plan_spec
+from rlgraph.api import compile
+from rlgraph.diagnostics import has_errors
 
 
 def check_command(files: list[str], overrides: list[str], fmt: str) -> int:
     diagnostics = []
     for path in files:
-        result = compile_spec(path, overrides)
-        # Placement and memory are checked while planning; `check` reports them too.
-        _, found = plan_spec(result)
-        diagnostics += found
-        if fmt == "concise":
-            sys.stdout.write(render_concise(found))
-        elif fmt == "full":
-            sys.stdout.write(render_full(found, result.sources))
+        spec = compile(path, overrides=overrides)  # planned too: placement and memory are checked while planning
+        diagnostics += spec.diagnostics
+        if fmt in ("concise", "full"):
+            sys.stdout.write(spec.render(fmt))
     if fmt == "json":
         sys.stdout.write(json.dumps([d.to_json() for d in diagnostics], indent=2) + "\n")
     elif fmt == "full":

@@ -16,6 +16,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 EXIT_OK, EXIT_ERRORS = 0, 1
 _MODEL_FILES = ("config.json", "adapter_config.json")
@@ -27,7 +28,7 @@ class ExportError(Exception):
 
 def export_command(source: str, out: str, role: str | None = None, base: str | None = None) -> int:
     try:
-        folder, what = _role_folder(Path(source), role)
+        folder, what = role_folder(Path(source), role)
         written = export(folder, Path(out), base=base)
     except ExportError as err:
         sys.stderr.write(f"error: {err}\n")
@@ -45,9 +46,33 @@ def export(folder: Path, out: Path, *, base: str | None = None) -> str:
     if not lora.is_adapter_folder(folder):
         shutil.copytree(folder, out, dirs_exist_ok=True)
         return ""
+    merged, tokenizer, base = _merged(folder, base)
+    out.mkdir(parents=True, exist_ok=True)
+    merged.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    rank = json.loads((folder / lora.ADAPTER_CONFIG).read_text()).get("r")
+    return f" (LoRA rank {rank} merged into {base})"
+
+
+def load_model(folder: Path, *, base: str | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) of a role's checkpoint folder, in memory: what `export` writes, loaded (rlgraph.load)."""
+    from rlgraph.workers import lora
+
+    if lora.is_adapter_folder(folder):
+        model, tokenizer, _ = _merged(folder, base)
+        return model, tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+
+
+def _merged(folder: Path, base: str | None) -> tuple[Any, Any, str]:
+    """A LoRA folder's adapters merged into their base (W + B A x alpha / rank), its tokenizer, and the base."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlgraph.workers import lora
 
     if base is None:
         try:
@@ -58,16 +83,12 @@ def export(folder: Path, out: Path, *, base: str | None = None) -> str:
         raise ExportError(f"--base {base} is not a folder")
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     merged = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
-    out.mkdir(parents=True, exist_ok=True)
-    merged.save_pretrained(out)
     # the run saves the tokenizer beside its adapters; an older folder may only have the base's
     tokenizer_from = folder if (folder / "tokenizer_config.json").is_file() else Path(base)
-    AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(out)
-    rank = json.loads((folder / lora.ADAPTER_CONFIG).read_text()).get("r")
-    return f" (LoRA rank {rank} merged into {base})"
+    return merged, AutoTokenizer.from_pretrained(tokenizer_from), base
 
 
-def _role_folder(source: Path, role: str | None) -> tuple[Path, str]:
+def role_folder(source: Path, role: str | None) -> tuple[Path, str]:
     """The folder to export and a description of it: a role folder as given, else the role (default: the
     actor) of the checkpoint, or of the newest checkpoint of a run directory."""
     if not source.exists():

@@ -12,13 +12,10 @@ that makes an out-of-memory plan fit, and writes it to `-o PATH`.
 from __future__ import annotations
 
 import difflib
-import os
 import sys
-import tempfile
 
-from rlgraph.compiler import compile_spec
+from rlgraph.api import compile
 from rlgraph.diagnostics import has_errors, render_full
-from rlgraph.plan.build import plan_spec
 from rlgraph.plan.memory import fit_test
 from rlgraph.plan.memory_advice import verified_changes
 from rlgraph.plan.model import Plan
@@ -44,10 +41,10 @@ def render(plan: Plan, fmt: str, *, color: bool = False) -> str:
 def plan_command(file: str, overrides: list[str], fmt: str = "text", output: str | None = None) -> int:
     if fmt not in FORMATS:
         raise ValueError(f"unknown plan format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    compilation = compile_spec(file, overrides)
-    plan, diagnostics = plan_spec(compilation)
-    if diagnostics:
-        sys.stderr.write(render_full(diagnostics, compilation.sources))
+    spec = compile(file, overrides=overrides)
+    plan = spec.plan()
+    if spec.diagnostics:
+        sys.stderr.write(spec.render())
     color = fmt == "text" and output is None and sys.stdout.isatty()
     text = render(plan, fmt, color=color)
     if output:
@@ -55,20 +52,19 @@ def plan_command(file: str, overrides: list[str], fmt: str = "text", output: str
             f.write(text)
     else:
         sys.stdout.write(text)
-    return 1 if has_errors(diagnostics) else 0
+    return 1 if has_errors(spec.diagnostics) else 0
 
 
 # ---- `rlgraph plan FILE --fit` -----------------------------------------------------
 # The smallest change the out-of-memory advice verified (rlgraph/plan/memory_advice.py) is written into the
-# spec's text (rlgraph/spec/edit.py), formatted, planned again from a file next to the original (so includes
+# spec's text (rlgraph/spec/edit.py), formatted, planned again as the text of the original file (so includes
 # and relative paths resolve as they do for it) and shown as a diff. A spec that fits is left alone.
 
 MAX_ROUNDS = 4  # one change per pool that is over; a few pools at most
 
 
 def fit_command(file: str, output: str | None = None) -> int:
-    compilation = compile_spec(file)
-    plan, diagnostics = plan_spec(compilation)
+    compilation, plan, diagnostics = _planned(compile(file))
     if _other_errors(diagnostics):
         sys.stderr.write(render_full(diagnostics, compilation.sources))
         sys.stderr.write("--fit changes only what memory needs: fix the errors above first\n")
@@ -141,15 +137,9 @@ def _over(plan: Plan) -> list[str]:
 
 
 def _plan_text(text: str, file: str):
-    """Compile and plan `text` as if it were `file`: written to a hidden file beside it, then removed."""
-    folder = os.path.dirname(os.path.abspath(file))
-    handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, prefix=".fit-", suffix=".rl",
-                                         delete=False)
-    try:
-        with handle:
-            handle.write(text)
-        compilation = compile_spec(handle.name)
-        plan, diagnostics = plan_spec(compilation)
-    finally:
-        os.unlink(handle.name)
-    return compilation, plan, diagnostics
+    """Compile and plan `text` as if it were `file`."""
+    return _planned(compile(text=text, name=file))
+
+
+def _planned(spec):
+    return spec.compilation, spec.plan(), spec.diagnostics

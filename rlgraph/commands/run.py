@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import shlex
 import sys
-from pathlib import Path, PurePath
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
+from rlgraph.api import RAY_LOG, cannot_run, compile, default_run_dir, inputs_writer, train
+
 EXIT_OK, EXIT_ERRORS, EXIT_INTERRUPTED = 0, 1, 130
-RAY_LOG = "ray.log"  # Ray's own warnings, kept off the progress bar
-
-
-def default_run_dir(file: str) -> Path:
-    return Path("runs") / Path(file).stem
 
 
 def run_command(file: str, overrides: list[str], output: str | None, address: str | None, resume: bool = True,
@@ -55,29 +52,16 @@ def run_command(file: str, overrides: list[str], output: str | None, address: st
 def _compile_and_train(console: Console, file: str, overrides: list[str], plan, run_dir: Path, address: str | None,
                        resume: bool, accept_changes: bool, lock) -> int:
     if plan is not None:
-        def write_inputs() -> None:
-            if not (run_dir / "plan.json").exists() or (run_dir / "plan.json").resolve() != Path(file).resolve():
-                _write(run_dir / "plan.json", plan.to_json())
+        write_inputs = inputs_writer(plan, run_dir, plan_file=file)
     else:
-        from rlgraph.compiler import compile_spec
-        from rlgraph.compiler.passes.runtime_support import refusal
-        from rlgraph.diagnostics import has_errors, render_full
-        from rlgraph.plan.build import plan_spec
-
-        compilation = compile_spec(file, overrides)
-        plan, diagnostics = plan_spec(compilation)
-        if diagnostics:
-            sys.stdout.write(render_full(diagnostics, compilation.sources))
-        if has_errors(diagnostics) or not compilation.ok:
-            errors = sum(d.is_error for d in diagnostics)
-            sys.stdout.write(f"Found {errors} error{'s' * (errors != 1)}; nothing was started.\n")
-            return EXIT_ERRORS
-        if refused := refusal(diagnostics):  # warnings for `check` (the spec may be for another runtime), fatal here
+        spec = compile(file, overrides=overrides)
+        plan = spec.plan()
+        if spec.diagnostics:
+            sys.stdout.write(spec.render())
+        if refused := cannot_run(spec):
             sys.stdout.write(refused)
             return EXIT_ERRORS
-
-        def write_inputs() -> None:
-            write_run_inputs(run_dir, plan.to_json(), compilation.sources, compilation.path, overrides)
+        write_inputs = inputs_writer(spec, run_dir)
     lock.acquire()
     return _train(console, file, overrides, plan, run_dir, address, resume, accept_changes, write_inputs)
 
@@ -85,7 +69,7 @@ def _compile_and_train(console: Console, file: str, overrides: list[str], plan, 
 def _train(console: Console, file: str, overrides: list[str], plan, run_dir: Path, address: str | None, resume: bool,
            accept_changes: bool, write_inputs) -> int:
     # Only now the heavy part: ray loads here, torch and transformers in run_plan while Ray starts.
-    from rlgraph.runtime import RunError, history, run_plan
+    from rlgraph.runtime import RunError, history
     from rlgraph.runtime.console import RunConsole
     from rlgraph.runtime.signals import NAMES, StopRequest, Stopped
 
@@ -94,10 +78,8 @@ def _train(console: Console, file: str, overrides: list[str], plan, run_dir: Pat
     stop = StopRequest(run_console.log)
     again = escape(resume_command(file, overrides, run_dir, address))
     try:
-        with stop.installed(), run_console.ray_logs_to_file():
-            run_plan(plan, run_dir, address, resume, console=run_console, accept_changes=accept_changes,
-                     invocation=history.invocation(file, overrides),  # appended to DIR/history.jsonl
-                     write_inputs=write_inputs, stop=stop)
+        train(plan, run_dir, write_inputs, invocation=history.invocation(file, overrides), console=run_console,
+              stop=stop, address=address, resume=resume, accept_changes=accept_changes)
     except RunError as err:
         run_console.stop()
         console.print(f"[bold red]error[/]: {escape(str(err))}", highlight=False, soft_wrap=True)
@@ -156,29 +138,3 @@ def load_plan(file: str, overrides: list[str]):
         sys.stdout.write(f"error: {file} is the plan of a spec with errors; nothing was started\n")
         return None
     return plan
-
-
-def write_run_inputs(run_dir: Path, plan_json: str, sources: dict[str, str], root: str, overrides: list[str]) -> None:
-    """plan.json, the spec's source files (includes keep their place next to the root file) and
-    overrides.txt: `rlgraph run DIR/spec/<file> -s ...` with those overrides plans the same run."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _write(run_dir / "plan.json", plan_json)
-    base = PurePath(root).parent
-    for name, text in sources.items():
-        if name.startswith("<"):  # an override's pseudo-source
-            continue
-        try:
-            relative = PurePath(name).relative_to(base)
-        except ValueError:
-            relative = PurePath(PurePath(name).name)
-        if ".." in relative.parts or relative.is_absolute():
-            relative = PurePath(relative.name)
-        _write(run_dir / "spec" / relative, text)
-    _write(run_dir / "overrides.txt", "".join(f"{o}\n" for o in overrides))
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)

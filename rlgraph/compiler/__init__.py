@@ -26,10 +26,11 @@ class Compilation:
         return self.program is not None and not has_errors(self.diagnostics)
 
 
-def compile_spec(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Compilation:
+def compile_spec(path: str, overrides: list[str] | tuple[str, ...] = (), text: str | None = None) -> Compilation:
+    """`text`: the spec's text, standing for the file at `path` (spec.loader.load)."""
     from rlgraph.compiler.passes import PASSES
 
-    loaded = load(path)
+    loaded = load(path, text)
     result = Compilation(loaded.root, loaded.sources)
     if loaded.diagnostics and any(d.code in ("syntax", "encoding", "io") for d in loaded.diagnostics):
         result.diagnostics = list(loaded.diagnostics)

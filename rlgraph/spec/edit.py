@@ -25,16 +25,20 @@ from rlgraph.spec.formatter import FormatError
 from rlgraph.spec.parser import parse_text
 
 _BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+_WITH_UNIT = re.compile(r"[0-9]+(\.[0-9]+)?[A-Za-z]+$")  # 80GiB, 1.5B: a size or count, written bare
 
 
 def value_text(value: object) -> str:
-    """A Python value as it is written in a spec: `true`, `4`, `0.5`, `fsdp`, `"a path"`."""
+    """A Python value as it is written in a spec: `true`, `4`, `0.5`, `fsdp`, `80GiB`, `"a path"`, `[1, 2]`."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        return value if _BARE.match(value) and value not in ("true", "false") else json.dumps(value)
+        bare = (_BARE.match(value) and value not in ("true", "false")) or _WITH_UNIT.match(value)
+        return value if bare else json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(value_text(v) for v in value) + "]"
     raise TypeError(f"cannot write {value!r} as a spec value")
 
 

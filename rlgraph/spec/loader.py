@@ -95,10 +95,12 @@ def _block_key(block: ast.Block) -> tuple[str, str | None]:
     return block.keyword, block.name
 
 
-def load(path: str) -> Loaded:
+def load(path: str, text: str | None = None) -> Loaded:
+    """The spec at `path`; with `text`, that text stands for the file at `path` (read from nowhere: includes
+    resolve beside `path`, diagnostics name it), as when a notebook compiles a spec it holds as a string."""
     loaded = Loaded(root=_display(os.path.abspath(path)))
     merged: dict[tuple, ast.Block] = {}
-    _load_file(os.path.abspath(path), None, [], loaded, merged)
+    _load_file(os.path.abspath(path), None, [], loaded, merged, text)
     loaded.blocks = list(merged.values())
     return loaded
 
@@ -150,9 +152,10 @@ def _not_regular(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else "not a file"
 
 
-def _load_file(path: str, via: ast.Include | None, stack: list[str], loaded: Loaded, merged: dict) -> None:
+def _load_file(path: str, via: ast.Include | None, stack: list[str], loaded: Loaded, merged: dict,
+               text: str | None = None) -> None:
     display = _display(path)
-    text = _read(path, display, via, loaded)
+    text = _read(path, display, via, loaded) if text is None else text
     if text is None:
         return
     loaded.sources[display] = text
