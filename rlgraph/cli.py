@@ -66,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument("--device-memory", metavar="SIZE", help="memory of one device, e.g. 80GiB (verl's launches "
                      "do not state it)")
     imp.add_argument("-o", "--output", metavar="OUT.rl", help="write the spec here instead of standard output")
+    imp.add_argument("-s", "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="a verl override after the launch's own, e.g. -s trainer.device=cpu (repeatable)")
     return parser
 
 
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                            accept_changes=args.accept_changes)
     if args.command == "import":
         from rlgraph.commands.import_verl import import_verl_command
-        return import_verl_command(args.file, args.device_memory, args.output)
+        return import_verl_command(args.file, args.device_memory, args.output, args.overrides)
     if args.command == "export":
         from rlgraph.commands.export import export_command
         return export_command(args.source, args.out, role=args.role, base=args.base)

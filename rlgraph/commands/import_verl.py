@@ -1,4 +1,5 @@
-"""`rlgraph import verl FILE [--device-memory 80GiB] [-o OUT.rl]`: a verl launch -> a formatted spec.
+"""`rlgraph import verl FILE [--device-memory 80GiB] [-s KEY=VALUE ...] [-o OUT.rl]`: a verl launch -> a formatted
+spec. `-s` adds verl overrides after the launch's own (as `bash run.sh KEY=VALUE` would).
 
 The spec goes to OUT.rl (or standard output); the settings it cannot map go to standard error as
 warnings, and into the spec as comments at their place. A launch that cannot be read is one clear line
@@ -10,14 +11,17 @@ from __future__ import annotations
 import os
 import sys
 
-from rlgraph.importers.launch import LaunchError, read_launch
+from rlgraph.importers.launch import LaunchError, add_overrides, read_launch
 from rlgraph.importers.verl import ImportProblem, import_verl
 from rlgraph.spec.formatter import FormatError, format_text
 
 
-def import_verl_text(data: bytes, name: str, device_memory: str | None = None) -> tuple[str, list[str]]:
-    """The formatted spec for a launch's bytes, and the warnings. Raises LaunchError or ImportProblem."""
+def import_verl_text(data: bytes, name: str, device_memory: str | None = None,
+                     overrides: list[str] = ()) -> tuple[str, list[str]]:
+    """The formatted spec for a launch's bytes (and verl overrides after it), and the warnings. Raises LaunchError
+    or ImportProblem."""
     launch = read_launch(data, name)
+    add_overrides(launch, list(overrides))
     result = import_verl(launch, os.path.basename(name), device_memory)
     try:
         return format_text(result.text, name), result.warnings
@@ -25,7 +29,7 @@ def import_verl_text(data: bytes, name: str, device_memory: str | None = None) -
         raise ImportProblem([f"the imported spec does not parse ({exc}); please report this"]) from None
 
 
-def import_verl_command(path: str, device_memory: str | None, output: str | None) -> int:
+def import_verl_command(path: str, device_memory: str | None, output: str | None, overrides: list[str] = ()) -> int:
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -33,7 +37,7 @@ def import_verl_command(path: str, device_memory: str | None, output: str | None
         sys.stderr.write(f"error: cannot read `{path}`: {exc.strerror or exc}\n")
         return 1
     try:
-        text, warnings = import_verl_text(data, path, device_memory)
+        text, warnings = import_verl_text(data, path, device_memory, overrides)
     except LaunchError as exc:
         sys.stderr.write(f"error: {path}: {exc}\n")
         return 1

@@ -26,12 +26,21 @@ _MEMORY = re.compile(r"(\d+(\.\d+)?)(KiB|MiB|GiB|TiB|KB|MB|GB|TB)")
 _KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k2+", "k3+", "low_var_kl+")
 _LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 _LOGGERS = ("console", "tensorboard", "wandb", "mlflow")
+_OTHER_STRATEGIES = {"megatron": "tensor/pipeline-parallel training with Megatron-LM",
+                     "veomni": "ByteDance's VeOmni training backend", "torchtitan": "the TorchTitan training backend",
+                     "automodel": "NVIDIA NeMo AutoModel", "mlite": "Megatron Lite"}
 AR = "actor_rollout_ref"
 
 # Settings that rlgraph has no counterpart for, and why (first match wins).
 _REASONS: tuple[tuple[str, str], ...] = (
-    (r".*\.megatron\..*|.*\.strategy", "rlgraph has no Megatron strategy (tensor/pipeline-parallel training); "
-                                       "imported as fsdp"),
+    (r".*\.megatron\..*", "a Megatron option (this launch is imported with the fsdp strategy it was given with -s)"),
+    (r"async_training\..*", "verl's fully-async trainer; rlgraph's asynchronous training is `train { staleness }` "
+                            "(docs/async.md), which the importer does not derive from these"),
+    (r"rollout\.(nnodes|n_gpus_per_node|total_rollout_steps|total_epochs|test_freq)",
+     "a separate rollout pool (fully-async / one-step-off): rlgraph's imported rollout shares the actor's devices"),
+    (r"reward\.reward_model\..*", "verl's reward model served by a rollout engine (reward.reward_model); rlgraph's "
+                                  "reward models are a `role rm { kind = reward_model }` (docs/spec.md)"),
+    (r"reward\.num_workers", "rlgraph scores in its reward workers (reward { workers })"),
     (r".*\.multi_turn\..*|data\.tool_config_path", "verl's tools and interactions are verl classes named in config "
                                                   "files; rlgraph's multi-turn rollouts take an `env` block "
                                                   "(docs/environments.md): declare one and call "
@@ -66,6 +75,7 @@ _REASONS: tuple[tuple[str, str], ...] = (
     (r"reward_model\.reward_manager|reward_manager\..*", "rlgraph scores every row with its reward function (a "
                                                         "reward block) or its reward model"),
     (r"reward_model\.(reward_kwargs|overlong_buffer)\..*", "a reward-manager option rlgraph does not have"),
+    (r"reward\..*", "a reward option rlgraph does not have"),
     (r"algorithm\.filter_groups\.metric", "the metric filter_groups reads"),
     (r"global_profiler\..*|.*\.profiler\..*|trainer\.(nsys|profile).*", "rlgraph has no profiler settings"),
 )
@@ -75,7 +85,7 @@ _SAME: dict[str, tuple] = {
     f"{AR}.actor.ulysses_sequence_parallel_size": (1,), f"{AR}.ref.ulysses_sequence_parallel_size": (1,),
     "critic.ulysses_sequence_parallel_size": (1,), "reward_model.reward_manager": ("naive",),
     f"{AR}.hybrid_engine": (True,), "data.truncation": ("error",), "trainer.device": ("cuda",),
-    "trainer.resume_mode": ("auto",), f"{AR}.rollout.mode": ("sync",),
+    "trainer.resume_mode": ("auto",), f"{AR}.rollout.mode": ("sync",), "model_engine": ("dp", "fsdp"),
 }
 
 
@@ -96,15 +106,35 @@ class Result:
 # ---- reading typed values ----------------------------------------------------------------------------------
 
 
+def where(setting: Setting) -> str:
+    """`line 12`, or `-s` for an override given to `rlgraph import verl -s KEY=VALUE`."""
+    return f"line {setting.line}" if setting.line else "-s"
+
+
+# verl's current names -> the names the importer reads (verl moved the reward settings under `reward.`);
+# comments and warnings name the key as the launch wrote it
+_RENAMED: tuple[tuple[str, str], ...] = (
+    ("reward.custom_reward_function.", "custom_reward_function."),
+    ("reward.reward_manager.name", "reward_model.reward_manager"),
+    ("reward.reward_kwargs.", "reward_model.reward_kwargs."),
+)
+
+
 class _Config:
     def __init__(self, settings: list[Setting]):
         self.values: dict[str, Setting] = {}
+        self.written: dict[str, str] = {}  # the importer's name -> the launch's, where they differ
         self.warnings: list[str] = []
         for setting in settings:
-            if setting.key in self.values:
-                self.warnings.append(f"line {setting.line}: {setting.key} is set twice; the later value "
+            key = setting.key
+            for new, old in _RENAMED:
+                if key.startswith(new):
+                    key = old + key[len(new):]
+                    self.written[key] = setting.key
+            if key in self.values:
+                self.warnings.append(f"{where(setting)}: {setting.key} is set twice; the later value "
                                      f"({setting.text}) wins")
-            self.values[setting.key] = setting
+            self.values[key] = setting
         self.used: set[str] = set()
         self.errors: list[str] = []
 
@@ -126,14 +156,15 @@ class _Config:
             return value
         setting = self.values[key]
         hint = " (it uses a variable or command the importer does not expand)" if "$" in setting.text else ""
-        self.errors.append(f"line {setting.line}: {key}={setting.text}: expected {expected}{hint}")
+        self.errors.append(f"{where(setting)}: {self.name(key)}={setting.text}: expected {expected}{hint}")
         return default
 
     def int(self, key, default=None, minimum=None):
         value = self._typed(key, default, lambda v: isinstance(v, int) and not isinstance(v, bool),
                             "an integer" if minimum is None else f"an integer >= {minimum}")
         if value is not None and minimum is not None and value < minimum and key in self.values:
-            self.errors.append(f"line {self.values[key].line}: {key}={value}: expected an integer >= {minimum}")
+            self.errors.append(f"{where(self.values[key])}: {self.name(key)}={value}: expected an integer >= "
+                               f"{minimum}")
             return default
         return value
 
@@ -164,6 +195,10 @@ class _Config:
 
     def text(self, key) -> str:
         return self.values[key].text
+
+    def name(self, key: str) -> str:
+        """The key as the launch wrote it."""
+        return self.written.get(key, key)
 
     def given(self, *keys: str) -> list[str]:
         return [k for k in keys if k in self.values]
@@ -236,13 +271,25 @@ def _short(key: str) -> str:
 
 def _source(cfg: _Config, *keys: str, default: str = "default") -> str:
     given = cfg.given(*keys)
-    return ", ".join(_short(k) for k in given) if given else default
+    return ", ".join(_short(cfg.name(k)) for k in given) if given else default
 
 
 def _call(name: str, args: list[tuple[str, object]]) -> str:
     args = [(k, v) for k, v in args if v is not None]
     return name + ("(" + ", ".join(f"{k} = {_value(v)}" for k, v in args) + ")" if args else "")
 
+
+# On a CPU pool (trainer.device=cpu): what each GPU-only setting becomes (None: left out), and why.
+_GPU_ONLY: dict[str, tuple[object, str]] = {
+    "dtype": (_Name("fp32"), "bf16 matrix multiplies are slow on most CPUs"),
+    "gradient_checkpointing": (False, "recomputing activations saves device memory, at a third more compute"),
+    "remove_padding": (False, "padding-free passes need flash-attention's variable-length kernels (GPU)"),
+    "param_offload": (None, "offload moves state from the device to the host, which on a CPU are the same memory"),
+    "optimizer_offload": (None, "offload moves state from the device to the host, which on a CPU are the same memory"),
+    "engine": (_Name("hf"), "vLLM and SGLang generate on GPUs"),
+    "tp": (1, "tensor parallelism splits a model over GPUs"),
+    "max_sequences": (None, "the hf engine generates the whole batch at once"),
+}
 
 # ---- the import ----------------------------------------------------------------------------------------------
 
@@ -269,6 +316,8 @@ class _Importer:
         self.step: list[tuple[str, str]] = []  # statement, verl keys
         self.warnings: list[str] = list(launch.warnings) + cfg.warnings
         self.notes: dict[str, list[str]] = {}
+        self.refused: set[str] = set()
+        self.cpu = cfg.str("trainer.device", "cuda") == "cpu"
 
     # -- the whole spec --
 
@@ -278,7 +327,7 @@ class _Importer:
         estimators = ("gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax")
         if estimator not in estimators:
             setting = cfg.values["algorithm.adv_estimator"]
-            cfg.errors.append(f"line {setting.line}: algorithm.adv_estimator={estimator}: rlgraph has no step for "
+            cfg.errors.append(f"{where(setting)}: algorithm.adv_estimator={estimator}: rlgraph has no step for "
                               f"this estimator (it imports {', '.join(estimators)})")
             estimator = "grpo"
         self.estimator = estimator
@@ -286,6 +335,10 @@ class _Importer:
         self.kl_in_reward = cfg.bool("algorithm.use_kl_in_reward", False)
         self.has_ref = self.kl_loss or self.kl_in_reward
         self.has_critic = estimator == "gae"
+        if cfg.bool("critic.enable", False) and not self.has_critic:
+            self._note("top", "critic.enable", f"verl builds and trains this critic, but adv_estimator={estimator} "
+                       "does not read its values; the spec has no critic, so its memory and time are not in the plan",
+                       warn=True)
         self.has_rm = cfg.bool("reward_model.enable", False)
         self.split = "main_ppo_split" in self.launch.entry
         self._pools()
@@ -300,6 +353,8 @@ class _Importer:
         self._data()
         self._train()
         self._step()
+        if self.cpu:
+            self._on_cpu()
         self._leftovers()
         return Result(self._render(), self.warnings)
 
@@ -355,7 +410,7 @@ class _Importer:
                            _source(cfg, "reward_model.enable_resource_pool", "reward_model.n_gpus_per_node",
                                    "reward_model.nnodes"))
         device = cfg.str("trainer.device", "cuda")
-        if device != "cuda":
+        if device not in ("cuda", "cpu"):
             self._note("top", "trainer.device", f"rlgraph's pools are cpu or gpu; imported as gpu", warn=True)
 
     def _pool(self, name: str, nodes: int, per_node: int, source: str) -> None:
@@ -363,7 +418,7 @@ class _Importer:
         block.comments.append(f"verl: {source}")
         block.set("nodes", nodes)
         block.set("devices_per_node", per_node)
-        block.set("device", _Name("gpu"))
+        block.set("device", _Name("cpu" if self.cpu else "gpu"), "trainer.device" if self.cpu else "")
         if self.memory:
             block.set("memory", _Name(self.memory), "not in verl's launches: --device-memory")
         block.devices = nodes * per_node
@@ -430,13 +485,7 @@ class _Importer:
         block = _Block("role actor")
         block.set("model", _Name("policy"))
         self._placement(block, self.actor_pool, None)
-        strategy = cfg.str(f"{a}.strategy", "fsdp")
-        if strategy == "megatron" or "megatron" in self.launch.config_name:
-            self._note("actor", f"{a}.strategy" if cfg.has(f"{a}.strategy") else "--config-name",
-                       "rlgraph has no Megatron strategy (tensor/pipeline-parallel training); imported as fsdp",
-                       warn=True, value=self.launch.config_name or strategy)
-        block.set("strategy", _Name("fsdp"), _source(cfg, f"{a}.strategy", default="default (fsdp)"))
-        block.set("dtype", _Name("bf16"), "default (bf16 compute, fp32 master weights)")
+        self._strategy(block, f"{a}.strategy")
         self.actor_dynamic = cfg.bool(f"{a}.use_dynamic_bsz", False)
         self.actor_tokens = cfg.int(f"{a}.ppo_max_token_len_per_gpu", 16384, minimum=1)
         micro = self._micro(block, f"{a}.ppo_micro_batch_size_per_gpu", f"{a}.ppo_micro_batch_size", self.devices)
@@ -450,6 +499,8 @@ class _Importer:
         elif micro is not None:
             block.set("micro_batch", micro, _source(cfg, f"{a}.ppo_micro_batch_size_per_gpu",
                                                     f"{a}.ppo_micro_batch_size"))
+        self._token_budget_without_dynamic(f"{a}.use_dynamic_bsz", f"{a}.ppo_max_token_len_per_gpu",
+                                           dynamic=self.actor_dynamic)
         block.set("gradient_checkpointing", cfg.bool(f"{AR}.model.enable_gradient_checkpointing", True),
                   _source(cfg, f"{AR}.model.enable_gradient_checkpointing"))
         self._remove_padding(block, f"{AR}.model.use_remove_padding", True)
@@ -470,6 +521,43 @@ class _Importer:
                 cfg.raw(key)
                 self._note("model:policy", key, "no effect without lora_rank", kind="no effect")
         self.blocks["role:actor"] = block
+
+    def _strategy(self, block: _Block, key: str) -> None:
+        """fsdp/fsdp2 (and verl's fsdp_turbo) as rlgraph's fsdp; a backend rlgraph does not run (Megatron, VeOmni,
+        TorchTitan, AutoModel: by the key, `model_engine=` or the Hydra config) refused, with the override that
+        imports the launch as fsdp."""
+        cfg = self.cfg
+        engine_key = next((k for k in ("model_engine", f"{AR}.actor.model_engine") if cfg.has(k)), None)
+        named = next((s for s in _OTHER_STRATEGIES if s in self.launch.config_name), None)
+        strategy = cfg.str(key, None) if cfg.has(key) else None
+        if strategy is None and engine_key:
+            key, strategy = engine_key, cfg.str(engine_key, "dp")
+        strategy = strategy or named or "fsdp"
+        if strategy in ("fsdp", "fsdp2", "fsdp_turbo", "dp"):
+            block.set("strategy", _Name("fsdp"), _source(cfg, key, default="default (fsdp)"))
+            block.set("dtype", _Name("bf16"), "default (bf16 compute, fp32 master weights)")
+            if strategy == "fsdp_turbo" and key not in self.refused:
+                self.refused.add(key)
+                self.warnings.append(f"{where(cfg.values[key])}: {key}=fsdp_turbo is imported as fsdp: rlgraph's "
+                                     "FSDP does not have verl's fsdp_turbo engine (its fused kernels)")
+            return
+        at = f"{where(cfg.values[key])}: {cfg.name(key)}={strategy}" if cfg.has(key) else \
+            f"--config-name={self.launch.config_name}"
+        if at not in self.refused:
+            self.refused.add(at)
+            what = _OTHER_STRATEGIES.get(strategy, "a training backend rlgraph does not run")
+            fix = " ".join(f"-s {k}=fsdp" for k in (key,) + ((engine_key,) if engine_key and engine_key != key
+                                                              else ()))
+            cfg.errors.append(f"{at}: rlgraph has no {strategy} strategy ({what}); rlgraph trains with fsdp or ddp. "
+                              f"To import this launch as fsdp anyway: rlgraph import verl FILE {fix}")
+
+    def _token_budget_without_dynamic(self, dynamic_key: str, *budget_keys: str, dynamic: bool) -> None:
+        """verl reads a token budget only with dynamic batching: set without it, it does nothing (say so)."""
+        if dynamic:
+            return
+        for key in self.cfg.given(*budget_keys):
+            self._note(key, key, f"no effect without {_short(dynamic_key)}=True (verl then splits by "
+                       "*_micro_batch_size_per_gpu)", warn=True, kind="no effect")
 
     def _remove_padding(self, block: _Block, key: str, verl_default: bool) -> None:
         """verl's use_remove_padding; unset, verl's default where it differs from rlgraph's (false)."""
@@ -500,7 +588,7 @@ class _Importer:
             if isinstance(betas, list) and len(betas) == 2 and all(isinstance(b, (int, float)) for b in betas):
                 optim.set("betas", [float(b) for b in betas], _short(f"{prefix}.betas"))
             else:
-                cfg.errors.append(f"line {cfg.values[f'{prefix}.betas'].line}: {prefix}.betas="
+                cfg.errors.append(f"{where(cfg.values[f'{prefix}.betas'])}: {prefix}.betas="
                                   f"{cfg.text(f'{prefix}.betas')}: expected a list of two numbers")
         optim.set("weight_decay", cfg.float(f"{prefix}.weight_decay", 0.01), _source(cfg, f"{prefix}.weight_decay"))
         steps = cfg.int(f"{prefix}.lr_warmup_steps", -1)
@@ -586,6 +674,8 @@ class _Importer:
         block.set("colocate", _Name("actor"))
         block.set("dtype", _Name("bf16"), "default")
         dynamic = cfg.bool(f"{p}.log_prob_use_dynamic_bsz", self.actor_dynamic)
+        self._token_budget_without_dynamic(f"{p}.log_prob_use_dynamic_bsz", f"{p}.log_prob_max_token_len_per_gpu",
+                                           dynamic=dynamic)
         if dynamic:
             block.set("micro_batch_tokens", cfg.int(f"{p}.log_prob_max_token_len_per_gpu", self.actor_tokens, 1),
                       _source(cfg, f"{p}.log_prob_use_dynamic_bsz", f"{p}.log_prob_max_token_len_per_gpu",
@@ -607,12 +697,13 @@ class _Importer:
         block.set("model", _Name(self.critic_model))
         self._placement(block, self.critic_pool, None if self.split else "actor")
         devices = self.blocks[f"pool:{self.critic_pool}"].devices
-        block.set("strategy", _Name("fsdp"), _source(cfg, "critic.strategy", default="default (fsdp)"))
-        block.set("dtype", _Name("bf16"), "default (bf16 compute, fp32 master weights)")
+        self._strategy(block, "critic.strategy")
         self.critic_dynamic = cfg.bool("critic.use_dynamic_bsz", self.actor_dynamic)
         self.critic_tokens = cfg.int("critic.ppo_max_token_len_per_gpu", 32768, minimum=1)
         self.critic_micro = self._micro(block, "critic.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size",
                                         devices)
+        self._token_budget_without_dynamic("critic.use_dynamic_bsz", "critic.ppo_max_token_len_per_gpu",
+                                           "critic.forward_max_token_len_per_gpu", dynamic=self.critic_dynamic)
         if self.critic_dynamic:
             block.set("micro_batch_tokens", self.critic_tokens,
                       _source(cfg, "critic.use_dynamic_bsz", "critic.ppo_max_token_len_per_gpu",
@@ -622,7 +713,7 @@ class _Importer:
                                                                 "critic.ppo_micro_batch_size"))
         block.set("gradient_checkpointing", cfg.bool("critic.model.enable_gradient_checkpointing", True),
                   _source(cfg, "critic.model.enable_gradient_checkpointing"))
-        self._remove_padding(block, "critic.model.use_remove_padding", False)
+        self._remove_padding(block, "critic.model.use_remove_padding", True)  # verl's critic.yaml: true
         self._offload(block, "critic", "critic.model.fsdp_config", devices)
         block.nested.append(self._optim("critic.optim", 1e-5, "critic.grad_clip"))
         self.critic_devices = devices
@@ -675,8 +766,20 @@ class _Importer:
                   _source(cfg, "data.train_files"))
         val = cfg.strs("data.val_files", "~/data/rlhf/gsm8k/test.parquet")
         block.set("val", val[0] if isinstance(val, list) and len(val) == 1 else val, _source(cfg, "data.val_files"))
-        self.batch_size = cfg.int("data.train_batch_size", 1024, minimum=1)
-        block.set("batch_size", self.batch_size, _source(cfg, "data.train_batch_size"))
+        if "fully_async" in self.launch.entry:
+            # verl's fully-async trainer does not read train_batch_size (0 in its examples): a step trains on
+            # require_batches mini-batches (fully_async_trainer.py: required_samples)
+            if cfg.has("data.train_batch_size"):
+                self._note("data", "data.train_batch_size", "verl's fully-async trainer does not read it",
+                           kind="no effect")
+            batches = cfg.int("async_training.require_batches", 1, minimum=1)
+            self.batch_size = self.actor_minibatch() * batches
+            block.set("batch_size", self.batch_size, _source(cfg, f"{AR}.actor.ppo_mini_batch_size",
+                                                             "async_training.require_batches", default="default")
+                      + " (fully-async: mini-batch x require_batches)")
+        else:
+            self.batch_size = cfg.int("data.train_batch_size", 1024, minimum=1)
+            block.set("batch_size", self.batch_size, _source(cfg, "data.train_batch_size"))
         block.set("max_prompt_length", cfg.int("data.max_prompt_length", 512, minimum=1),
                   _source(cfg, "data.max_prompt_length"))
         if cfg.has("data.shuffle"):
@@ -768,7 +871,10 @@ class _Importer:
 
     def _log_prob_args(self) -> list[tuple[str, object]]:
         cfg, r = self.cfg, f"{AR}.rollout"
-        if cfg.bool(f"{r}.log_prob_use_dynamic_bsz", self.actor_dynamic):
+        dynamic = cfg.bool(f"{r}.log_prob_use_dynamic_bsz", self.actor_dynamic)
+        self._token_budget_without_dynamic(f"{r}.log_prob_use_dynamic_bsz", f"{r}.log_prob_max_token_len_per_gpu",
+                                           dynamic=dynamic)
+        if dynamic:
             tokens = cfg.int(f"{r}.log_prob_max_token_len_per_gpu", self.actor_tokens, minimum=1)
             same = self.actor_dynamic and tokens == self.actor_tokens
             return [] if same else [("micro_batch_tokens", tokens)]
@@ -911,6 +1017,24 @@ class _Importer:
                        "and cispo (a `loss` block can add one); imported as vanilla", warn=True)
         return args
 
+    def _on_cpu(self) -> None:
+        """trainer.device=cpu: the settings that only help on a GPU, written as a CPU run wants them, each said."""
+        for name, block in self.blocks.items():
+            if not name.startswith("role:"):
+                continue
+            kept = []
+            for key, value, source in block.entries:
+                if key in _GPU_ONLY and _value(value) != _value(_GPU_ONLY[key][0]):
+                    cpu_value, why = _GPU_ONLY[key]
+                    written = "unset" if cpu_value is None else _value(cpu_value)
+                    self.warnings.append(f"trainer.device=cpu: {block.head} {key} = {written}, not {_value(value)} "
+                                         f"({source or 'verl'}): {why}")
+                    if cpu_value is None:
+                        continue
+                    value, source = cpu_value, f"trainer.device=cpu (verl: {_value(value)})"
+                kept.append((key, value, source))
+            block.entries = kept
+
     # -- what is left --
 
     def _home(self, key: str) -> str:
@@ -942,11 +1066,12 @@ class _Importer:
         elif "." in home:
             home = self._home(home + ".x")
         text = value if value is not None else (self.cfg.text(key) if key in self.cfg.values else "")
-        line = f"verl: {_short(key)}={text} ({kind}: {reason})"
+        line = f"verl: {_short(self.cfg.name(key))}={text} ({kind}: {reason})"
         self.notes.setdefault(home, []).append(line)
         if warn:
-            where = f"line {self.cfg.values[key].line}: " if key in self.cfg.values else ""
-            self.warnings.append(f"{where}{key}={text} is not mapped: {reason}")
+            at = f"{where(self.cfg.values[key])}: " if key in self.cfg.values else ""
+            verdict = "is not mapped" if kind == "not mapped" else f"has {kind}" if kind == "no effect" else kind
+            self.warnings.append(f"{at}{self.cfg.name(key)}={text} {verdict}: {reason}")
 
     def _leftovers(self) -> None:
         cfg = self.cfg
