@@ -1,4 +1,4 @@
-"""`rlgraph run | plan | check | fmt | export | import`. Thin: each command imports what it needs when it runs.
+"""`rlgraph run | plan | check | fmt | export | eval | import`. Thin: each command imports what it needs when it runs.
 
 `check`, `plan` and `fmt` never import torch, ray or transformers and never run
 code named in a spec, so they are fast and safe on a spec from anyone's repo.
@@ -59,6 +59,32 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--base", metavar="FOLDER", help="the base model of LoRA adapters, where the one their "
                         "adapter_config.json names has moved")
 
+    ev = sub.add_parser("eval", help="score a model (an exported one, a run's newest checkpoint, builtin:arith-gpt) "
+                        "on prompts with a rule reward: greedy, and with --n K sampled (mean@K, best@K, pass@k)")
+    ev.add_argument("source", metavar="MODEL", help="a model folder, a run directory, a checkpoint, or builtin:NAME")
+    ev.add_argument("--spec", metavar="FILE", help="a spec (or plan.json) to take the data, reward and generation "
+                    "settings from (default: the plan a checkpoint was trained with)")
+    ev.add_argument("--data", action="append", default=[], metavar="FILE", help="prompts (parquet/jsonl or "
+                    "builtin:arith/val; repeatable; default: the spec's data.val)")
+    ev.add_argument("--reward", metavar="MODULE:FUNCTION", help="the reward function (default: the spec's)")
+    ev.add_argument("--n", type=int, metavar="K", help="answers per prompt; K > 1 adds mean@K, best@K and pass@K")
+    ev.add_argument("--temperature", type=float, metavar="T", help="sampling temperature of the K answers")
+    ev.add_argument("--top-p", type=float, metavar="P")
+    ev.add_argument("--top-k", type=int, metavar="K")
+    ev.add_argument("--k", dest="ks", type=int, action="append", default=[], metavar="K",
+                    help="report pass@K (repeatable; default: the --n value)")
+    ev.add_argument("--pass-score", type=float, default=1.0, metavar="S", help="an answer passes pass@k when it "
+                    "scores at least S (default 1.0)")
+    ev.add_argument("--max-new-tokens", type=int, metavar="N")
+    ev.add_argument("--max-prompt-length", type=int, metavar="N")
+    ev.add_argument("--batch-size", type=int, metavar="N", help="prompts per generate call (data.val_batch_size)")
+    ev.add_argument("--engine", metavar="NAME", help="rollout engine: hf, vllm (default: the spec's rollout's)")
+    ev.add_argument("--device", choices=("cpu", "cuda"), help="default: the spec's rollout pool's device")
+    ev.add_argument("--seed", type=int, metavar="S")
+    ev.add_argument("--role", metavar="NAME", help="the checkpoint's role to evaluate (default: the actor)")
+    ev.add_argument("-o", "--output", metavar="RESULT.json", help="write the metrics and every answer as JSON")
+    _add_overrides(ev)
+
     imp = sub.add_parser("import", help="write a spec from another framework's launch (verl: a shell script, "
                          "key=value lines or a YAML config)")
     imp.add_argument("framework", choices=("verl",))
@@ -96,6 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "import":
         from rlgraph.commands.import_verl import import_verl_command
         return import_verl_command(args.file, args.device_memory, args.output, args.overrides)
+    if args.command == "eval":
+        from rlgraph.commands.eval import eval_command
+        return eval_command(args.source, spec=args.spec, overrides=args.overrides, data=args.data, reward=args.reward,
+                            role=args.role, n=args.n, temperature=args.temperature, top_p=args.top_p,
+                            top_k=args.top_k, max_new_tokens=args.max_new_tokens,
+                            max_prompt_length=args.max_prompt_length, batch_size=args.batch_size,
+                            engine=args.engine, device=args.device, seed=args.seed, ks=args.ks,
+                            pass_score=args.pass_score, output=args.output)
     if args.command == "export":
         from rlgraph.commands.export import export_command
         return export_command(args.source, args.out, role=args.role, base=args.base)

@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import ray
-import torch
 
 from rlgraph.plan.model import Plan
 from rlgraph.runtime import checkpoint as ckpt
 from rlgraph.runtime.console import RunConsole
-from rlgraph.runtime.driver import InFlight, StepDriver, derive_seed, ray_errors
+from rlgraph.runtime.driver import InFlight, StepDriver, ray_errors
 from rlgraph.runtime.errors import RunError
+from rlgraph.runtime.evaluate import (validation_batches, validation_metrics, validation_reward,  # noqa: F401
+                                      validation_sampling, validation_scores, validation_seed)
 from rlgraph.runtime.lowering import Lowered
 from rlgraph.runtime.metrics import MetricsWriter, episode_metrics, plot_curves
 from rlgraph.runtime.preflight import Prepared
@@ -38,7 +39,7 @@ from rlgraph.runtime.process import rng_state, set_rng_state
 from rlgraph.runtime.roles import WorkerSpec, generate_call
 from rlgraph.runtime.signal_guard import SignalGuard
 from rlgraph.runtime.signals import STOP, StopRequest
-from rlgraph.runtime.transforms import DriverCalls, score
+from rlgraph.runtime.transforms import DriverCalls
 from rlgraph.runtime.update_guard import UpdateGuard
 from rlgraph.workers.batch import Rollout
 
@@ -248,41 +249,34 @@ class Trainer:
         if self.prepared.val is None or self.val_reward is None:
             return {}
         items = list(self.prepared.val)
-        chunk = self.plan.data.val_batch_size
         # A rollout with weights of its own holds those of the last sync, from before this step's update:
         # sync first (a no-op for a rollout that generates with the policy's module in place).
         self.driver.sync_weights()
         group = self.lowered.groups[self.rollout_role]  # dispatch `one`: rank 0 generates for validation
-        # the step's generate settings (its environment, its max_new_tokens) with the validation sampling
-        val = self.plan.role(self.rollout_role).settings.val
-        sampling = dataclasses.replace(self.driver.generate.settings, keep_log_probs=False, temperature=val.temperature,
-                                       top_p=val.top_p, top_k=val.top_k)
-        one = dataclasses.replace(sampling, n=1, temperature=val.temperature if val.n == 1 else 0.0)
+        # the step's generate settings (its environment, its max_new_tokens) with the validation sampling, in the
+        # batches and with the seeds that `rlgraph eval` uses too (rlgraph/runtime/evaluate.py)
+        one, sampled_settings = validation_sampling(self.driver.generate.settings,
+                                                    self.plan.role(self.rollout_role).settings.val)
+
+        def generate(settings: Any) -> list[Any]:
+            return [group.one("generate", batch, settings=settings,
+                              seed=validation_seed(self.seed, step, start, settings)).result()
+                    for start, batch in validation_batches(items, self.plan.data.val_batch_size)]
+
         self.driver.wake()
-        greedy = [group.one("generate", items[i : i + chunk], settings=one,
-                            seed=0 if one.temperature == 0 else derive_seed(self.seed, step, f"val1/{i}")).result()
-                  for i in range(0, len(items), chunk)]
-        n = val.n
-        sampled = []
-        if n > 1:
-            sampled_settings = dataclasses.replace(sampling, n=n)
-            sampled = [group.one("generate", items[i : i + chunk], settings=sampled_settings,
-                                 seed=derive_seed(self.seed, step, f"val/{i}")).result()
-                       for i in range(0, len(items), chunk)]
+        greedy = generate(one)
+        sampled = generate(sampled_settings) if sampled_settings else []
         self.driver.sleep()
         with ray_errors(self.lowered.actor_names):
             greedy_rollouts = ray.get(greedy)
             sampled_rollouts = ray.get(sampled)
         when = f"validation at step {step}"
-        scores = torch.cat([score(self.val_reward_name, self.val_reward, r, when).sum(-1) for r in greedy_rollouts])
-        metrics = {"val/score/mean": scores.mean().item()}  # (prompts,) -> mean
+        scores = validation_scores(self.val_reward_name, self.val_reward, greedy_rollouts, when)  # (prompts, 1)
+        sampled_scores = validation_scores(self.val_reward_name, self.val_reward, sampled_rollouts, when,
+                                           sampled_settings.n) if sampled_settings else None  # (prompts, n)
+        metrics = validation_metrics(scores, sampled_scores)
         if greedy_rollouts and greedy_rollouts[0].episodes is not None:  # how the greedy answers used the tools
             metrics |= episode_metrics(Rollout.concat(greedy_rollouts), prefix="val/")
-        if n > 1:
-            sampled_scores = torch.cat([score(self.val_reward_name, self.val_reward, r, when).sum(-1)
-                                        for r in sampled_rollouts]).view(-1, n)  # (prompts, n)
-            metrics[f"val/score/mean@{n}"] = sampled_scores.mean().item()
-            metrics[f"val/score/best@{n}"] = sampled_scores.max(dim=1).values.mean().item()
         return metrics
 
     # --- checkpoints ---
@@ -384,16 +378,6 @@ def write_samples(path: Path, samples: list[dict[str, Any]]) -> None:
         for sample in samples:
             # a ground truth or data source of a user's dataset may be anything: shown as text then
             file.write(json.dumps(sample, ensure_ascii=False, default=str) + "\n")
-
-
-def validation_reward(plan: Plan) -> str | None:
-    """The rule reward validation scores with: the step's rule reward (the first, if it has several); a
-    step scored by a reward model alone validates with the spec's one declared rule reward (declare
-    e.g. `reward exact { ... }` for that); with none, or several and none in the step, no validation."""
-    in_step = [c.target for c in plan.calls if c.kind == "reward"]
-    if in_step:
-        return in_step[0]
-    return next(iter(plan.rewards)) if len(plan.rewards) == 1 else None
 
 
 def _first(records: list[dict[str, Any]], key: str) -> float | None:
