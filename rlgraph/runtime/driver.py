@@ -335,7 +335,7 @@ class StepDriver:
         result.metrics.update(staleness_metrics(rollout, step))
         result.metrics["perf/total_num_tokens"] = int(rollout.attention_mask.sum())
         if wants_samples(self.plan, step):
-            result.samples = step_samples(rollout, fields.semantic, step)
+            result.samples = step_samples(rollout, fields.semantic, step, self.seed)
         return result
 
     def _run_stage(self, stage: Stage, step: int, fields: Fields, generates: dict[str, Pending],

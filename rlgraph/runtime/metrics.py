@@ -72,24 +72,26 @@ def batch_metrics(rollout: Any, semantic: dict[str, torch.Tensor]) -> dict[str, 
     metrics |= _stats("response_length", response_length)
     metrics["response_length/clip_ratio"] = (rollout.attention_mask[:, -1] == 1).float().mean().item()
     metrics |= _stats("prompt_length", prompt_length)
-    if "scores" in semantic and "advantages" in semantic:
-        metrics |= equal_score_metrics(semantic["scores"].sum(-1), rollout.uid)
+    if "advantages" in semantic:
+        metrics |= zero_advantage_metrics(semantic["advantages"], mask, rollout.uid)
     return metrics | episode_metrics(rollout)
 
 
-def equal_score_metrics(scores: torch.Tensor, uid: list[int]) -> dict[str, float]:
-    """The groups (a prompt's samples, two or more) whose samples all got the same score: a group estimator
-    (GRPO, RLOO) gives each of them advantage 0, so they teach the policy nothing.
+def zero_advantage_metrics(advantages: torch.Tensor, mask: torch.Tensor, uid: list[int]) -> dict[str, float]:
+    """The groups (a prompt's samples) whose every trained token has advantage 0: they teach the policy nothing
+    from the reward. A group estimator (GRPO, RLOO) gives exactly 0 (its group means are float64) to a group
+    whose samples all got the same score; ReMax, REINFORCE++ and GAE rarely do.
     batch/zero_advantage_groups: their share of the step's groups; batch/zero_advantage_step: 1 when every
-    group is one (the step's update moves the policy by its KL and entropy terms alone). Neither with n = 1."""
-    groups: dict[int, list[float]] = {}
-    for prompt, value in zip(uid, scores.float().tolist()):  # scores: (batch,)
-        groups.setdefault(int(prompt), []).append(value)
-    several = [values for values in groups.values() if len(values) > 1]
-    if not several:
+    group is one (the step's update moves the policy by its KL and entropy terms alone)."""
+    zero_rows = ((advantages.abs() <= 1e-8) | ~mask.bool()).all(-1)  # (batch,)
+    groups: dict[int, bool] = {}
+    for prompt, zero in zip(uid, zero_rows.tolist()):
+        groups[int(prompt)] = groups.get(int(prompt), True) and zero
+    if not groups:
         return {}
-    equal = [max(values) - min(values) <= 1e-6 * max(1.0, max(map(abs, values))) for values in several]
-    return {"batch/zero_advantage_groups": sum(equal) / len(equal), "batch/zero_advantage_step": float(all(equal))}
+    zero_groups = sum(groups.values())
+    return {"batch/zero_advantage_groups": zero_groups / len(groups),
+            "batch/zero_advantage_step": float(zero_groups == len(groups))}
 
 
 def episode_metrics(rollout: Any, prefix: str = "") -> dict[str, float]:

@@ -1,5 +1,5 @@
-"""Steps that teach nothing: a warning when every group's samples got the same score for WARN_AFTER_STEPS steps
-in a row (`batch/zero_advantage_step`, rlgraph/runtime/metrics.py).
+"""Steps that teach nothing: a warning when every advantage of the step was 0 for WARN_AFTER_STEPS steps in a row
+(`batch/zero_advantage_step`, rlgraph/runtime/metrics.py): with GRPO or RLOO, every group's samples got the same score.
 
 A group estimator (GRPO, RLOO) gives such a group advantage 0, so the policy loss has no gradient and a run
 trained from a model that never scores goes on for its whole length with exit 0 and nothing learned. A few such
@@ -16,7 +16,7 @@ WARN_AFTER_STEPS = 3
 
 class SignalGuard:
     def __init__(self) -> None:
-        self.in_a_row: list[int] = []  # the steps in a row where every group scored alike
+        self.in_a_row: list[int] = []  # the steps in a row where every advantage was 0
 
     def observe(self, step: int, record: dict[str, Any], warn: Callable[[str], None]) -> None:
         """Warn once a run of equal-score steps reaches WARN_AFTER_STEPS (once per such run of steps)."""
@@ -33,8 +33,9 @@ def message(steps: list[int], record: dict[str, Any]) -> str:
     clipped = record.get("response_length/clip_ratio")
     scored = f" (critic/score/mean = {score:.3g})" if score is not None else ""
     cut = f"; response_length/clip_ratio = {clipped:.2f}" if clipped is not None else ""
-    return (f"steps {steps[0]}-{steps[-1]}: in every group all samples got the same score{scored}, so every "
-            "advantage is 0 and the policy learns nothing from the reward (batch/zero_advantage_groups = 1.0). "
+    return (f"steps {steps[0]}-{steps[-1]}: every advantage was 0 (batch/zero_advantage_groups = 1.0: with GRPO or "
+            f"RLOO, in every group all samples got the same score{scored}), so the policy learns nothing from the "
+            "reward. "
             "Likely causes: the model cannot yet produce a scoring answer (start from a warm-started or SFT "
             "checkpoint, or easier prompts); the reward returns the same value for everything (look at "
             "samples.jsonl: always 0, or always 1); the tokenizer does not decode what it encodes (pre-flight "

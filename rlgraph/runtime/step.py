@@ -10,6 +10,7 @@ driver gives (`call_arguments`), so both paths train bit for bit alike.
 from __future__ import annotations
 
 import hashlib
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -24,12 +25,13 @@ SEMANTIC_PORTS = ("scores", "rewards", "advantages", "returns", "values")
 SAMPLES_PER_STEP = 4  # rows of a step written to samples.jsonl
 
 
-def step_samples(rollout: Any, semantic: dict[str, Any], step: int,
+def step_samples(rollout: Any, semantic: dict[str, Any], step: int, seed: int,
                  rows: int = SAMPLES_PER_STEP) -> list[dict[str, Any]]:
     """A few rows of the step as a person reads them: what the model was asked, what it answered, what the
-    reward saw and made of it. Rows spread over the batch, so they answer different prompts."""
-    size = len(rollout)
-    picked = list(range(0, size, max(1, size // rows)))[:rows]
+    reward saw and made of it. Which rows: `pick_samples`, drawn anew each step from the run's seed."""
+    episodes = getattr(rollout, "episodes", None)
+    outcomes = [episode_outcome(e) for e in episodes] if episodes is not None else None
+    picked = pick_samples(list(rollout.uid), outcomes, rows, random.Random(derive_seed(seed, step, "samples")))
     scores = semantic.get("scores", semantic.get("rewards"))  # (batch, R): a row's score sits on one column
     advantages = semantic.get("advantages")
     mask = rollout.loss_mask.float()
@@ -46,6 +48,38 @@ def step_samples(rollout: Any, semantic: dict[str, Any], step: int,
             sample["episode"] = rollout.episodes[i].to_json()
         samples.append(sample)
     return samples
+
+
+def pick_samples(uid: list[int], outcomes: list[str] | None, rows: int, rng: random.Random) -> list[int]:
+    """`rows` row indices spread over the batch, in batch order: each of a different prompt (`uid`) while there
+    are prompts left, and a random sample of its group (not always the first); first one row of each distinct outcome (an
+    episode's, `episode_outcome`), so a rare one (the only tool call of the batch, a failed episode) is seen."""
+    order = list(range(len(uid)))
+    rng.shuffle(order)
+    picked: list[int] = []
+    prompts: set[int] = set()
+
+    def take(candidates: list[int]) -> None:
+        row = next((i for i in candidates if uid[i] not in prompts), candidates[0])  # a new prompt if one is left
+        picked.append(row)
+        prompts.add(uid[row])
+
+    if outcomes is not None:  # the rarest first: its few rows decide its prompt, a common one can go elsewhere
+        for outcome in sorted(dict.fromkeys(outcomes[i] for i in order), key=outcomes.count):
+            take([i for i in order if outcomes[i] == outcome])
+    while len(picked) < min(rows, len(order)):
+        take([i for i in order if i not in picked])
+    return sorted(picked)
+
+
+def episode_outcome(episode: Any) -> str:
+    """What a multi-turn sample's episode came to, as samples are told apart: failed, a tool error, a tool
+    called, no tool called."""
+    if episode.failed:
+        return "failed"
+    if episode.tool_errors:
+        return "tool error"
+    return "tool called" if episode.tool_calls else "no tool call"
 
 
 def staleness_metrics(rollout: Any, step: int) -> dict[str, float]:
@@ -162,7 +196,7 @@ class LocalStep:
         result.metrics.update(staleness_metrics(rollout, step))
         result.metrics["perf/total_num_tokens"] = int(rollout.attention_mask.sum())
         if wants_samples(self.plan, step):
-            result.samples = step_samples(rollout, semantic, step)
+            result.samples = step_samples(rollout, semantic, step, self.seed)
         return result, self.driver_calls.state_dict()
 
     def _role(self, call: CallPlan, step: int, values: dict, result: StepResult, semantic: dict) -> None:

@@ -67,3 +67,23 @@ def test_batch_metrics_of_a_multi_turn_rollout_count_the_models_tokens():
     assert m["response_length/mean"] == 4.0 and m["response_length/max"] == 7 and m["response_length/min"] == 2
     assert m["response_length/clip_ratio"] == 0.25  # only the last row fills every column
     assert m["critic/values/max"] == 1.0
+
+
+def test_groups_whose_advantages_are_all_zero_are_counted():
+    from rlgraph.algos import get_advantage_estimator
+
+    grpo = get_advantage_estimator("grpo_advantage")
+    uid = [0, 0, 1, 1, 2, 2]
+    mask = torch.ones(6, 3)
+    scores = torch.zeros(6, 3)
+    scores[:, -1] = torch.tensor([0.3, 0.3, 1.0, 0.0, 0.0, 0.0])  # prompts 0 and 2 scored alike, prompt 1 did not
+    advantages, _ = grpo(token_level_rewards=scores, response_mask=mask, index=uid)
+    rollout = _rollout().select(torch.tensor([0, 1, 0, 1, 0, 1]))
+    rollout.uid = uid
+    m = batch_metrics(rollout, {"scores": scores, "advantages": advantages})
+    assert m["batch/zero_advantage_groups"] == 2 / 3 and m["batch/zero_advantage_step"] == 0.0
+    scores[3, -1] = 1.0  # now every prompt's samples scored alike: the step teaches nothing
+    advantages, _ = grpo(token_level_rewards=scores, response_mask=mask, index=uid)
+    m = batch_metrics(rollout, {"scores": scores, "advantages": advantages})
+    assert m["batch/zero_advantage_groups"] == 1.0 and m["batch/zero_advantage_step"] == 1.0
+    assert "batch/zero_advantage_groups" not in batch_metrics(rollout, {"scores": scores})  # no estimator: no count
