@@ -40,6 +40,10 @@ RESUME_SAFE_REWARD_FIELDS = frozenset({"workers"})
 # Plan fields that describe the plan rather than what it trains: the spec's path (the same spec run from
 # the copy in the run directory), findings and estimates, and the schedule (derived from the calls).
 NOT_TRAINED = ("spec", "diagnostics", "memory", "schedule")
+# Fields, at any depth, that say where the spec lies rather than what it trains: a user function's or
+# environment's folder (absolute: the processes that import it need it so) and the line that declared it. The
+# same spec planned from two checkouts has one hash, and a moved project resumes without --accept-changes.
+LOCATION_FIELDS = frozenset({"base_dir", "declared_at"})
 
 # Keys of a whole role, call, pool, model or sync: added or removed as one line, their values not listed.
 _ENTITY_PREFIX = {"role": "{}.", "step": "step.{}.", "pool": "pools.{}.", "model": "models.{}."}
@@ -92,7 +96,7 @@ def _show(value: Any) -> str:
 
 def flatten(plan: dict[str, Any]) -> dict[str, Any]:
     """{dotted key: value} of everything a plan trains with; whole things as `role <name>` etc. -> True."""
-    plan = json.loads(json.dumps(plan, default=str))  # tuples as lists, as a plan.json read back has them
+    plan = _without_locations(json.loads(json.dumps(plan, default=str)))  # tuples as lists, as in a plan.json
     out: dict[str, Any] = {}
     for pool in plan.get("pools") or []:
         out[f"pool {pool['name']}"] = True
@@ -157,4 +161,14 @@ def render_diff(changes: list[Change]) -> str:
 def plan_hash(plan: dict[str, Any]) -> str:
     """sha256 of the plan's canonical JSON without the fields in NOT_TRAINED."""
     kept = {k: v for k, v in plan.items() if k not in NOT_TRAINED}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    canonical = json.dumps(_without_locations(json.loads(json.dumps(kept, default=str))), sort_keys=True,
+                           separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _without_locations(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_locations(v) for k, v in value.items() if k not in LOCATION_FIELDS}
+    if isinstance(value, list):
+        return [_without_locations(v) for v in value]
+    return value

@@ -36,6 +36,22 @@ def test_the_same_plan_has_no_changes_and_the_same_hash(ppo):
     assert plan_hash(ppo) == plan_hash(again)
 
 
+def test_the_same_spec_planned_from_two_checkouts_has_one_hash_and_no_changes(tmp_path):
+    """A spec with an environment (its class's folder is stored absolute) and a file of rows, copied to two
+    folders: what is trained is the same, so a moved project resumes without --accept-changes."""
+    import shutil
+
+    plans = []
+    for checkout in ("one", "two"):
+        shutil.copytree(REPO / "specs", tmp_path / checkout / "specs")
+        spec = tmp_path / checkout / "specs" / "grpo_arith_tool.rl"
+        plan, diagnostics = plan_spec(compile_spec(str(spec), []))
+        assert plan.ok, [d.to_json() for d in diagnostics]
+        plans.append(json.loads(plan.to_json()))
+    assert json.dumps(plans[0]) != json.dumps(plans[1])  # the folders are in it, for the processes to import from
+    assert diff_plans(*plans) == [] and plan_hash(plans[0]) == plan_hash(plans[1])
+
+
 def test_keys_are_those_a_user_writes(ppo):
     flat = flatten(ppo)
     assert flat["actor.optim.lr"] == 1e-4
