@@ -36,6 +36,11 @@ DATA_SOURCES: dict[str, str] = {
     "HuggingFaceH4/MATH-500": "rlgraph.tasks.math:compute_score",
     "rlgraph/arith": "rlgraph.tasks.arith:exact_match",
     "rlgraph/arith-tool": "rlgraph.tasks.arith_tool:exact_match",
+    # verl's code data sources: the share of the row's tests the program passes, run in a sandbox
+    "codecontests": "rlgraph.tasks.code:passes_tests",
+    "apps": "rlgraph.tasks.code:passes_tests",
+    "codeforces": "rlgraph.tasks.code:passes_tests",
+    "taco": "rlgraph.tasks.code:passes_tests",
 }
 
 
