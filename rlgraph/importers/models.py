@@ -8,6 +8,7 @@ the -Instruct/-Chat suffix, lower case: `/models/Qwen2.5-3B-Instruct` is `qwen2.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -60,3 +61,9 @@ SHAPES: dict[str, Shape] = {
 def shape_of(path: str) -> Shape | None:
     name = path.rstrip("/").rsplit("/", 1)[-1].lower()
     return SHAPES.get(re.sub(r"-(instruct|chat|base|it|rl)$", "", name))
+
+
+def local_config(path: str) -> str | None:
+    """The config.json of a model folder on this machine (`~` expanded), which the memory estimate reads itself."""
+    config = os.path.join(os.path.expanduser(path), "config.json")
+    return config if path.startswith(("/", "~", ".")) and os.path.isfile(config) else None

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from rlgraph.contract.engines import ENGINES
 from rlgraph.importers.launch import Launch, Setting
-from rlgraph.importers.models import shape_of
+from rlgraph.importers.models import local_config, shape_of
 
 _MISSING = object()
 _SPEC_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
@@ -117,6 +117,7 @@ _RENAMED: tuple[tuple[str, str], ...] = (
     ("reward.custom_reward_function.", "custom_reward_function."),
     ("reward.reward_manager.name", "reward_model.reward_manager"),
     ("reward.reward_kwargs.", "reward_model.reward_kwargs."),
+    ("critic.fsdp.", "critic.model.fsdp_config."),
 )
 
 
@@ -289,6 +290,7 @@ _GPU_ONLY: dict[str, tuple[object, str]] = {
     "engine": (_Name("hf"), "vLLM and SGLang generate on GPUs"),
     "tp": (1, "tensor parallelism splits a model over GPUs"),
     "max_sequences": (None, "the hf engine generates the whole batch at once"),
+    "memory_fraction": (None, "the hf engine reserves no KV pool"),
 }
 
 # ---- the import ----------------------------------------------------------------------------------------------
@@ -452,6 +454,9 @@ class _Importer:
             block.set("params", _Name(shape.params))
             for key in ("layers", "hidden", "heads", "kv_heads", "vocab", "intermediate"):
                 block.set(key, getattr(shape, key))
+        elif local_config(path):
+            block.comments.append("a model folder on this machine: the memory estimate reads its shape from "
+                                  "config.json there")
         else:
             block.comments.append("a model the importer does not know: add params, layers, hidden, heads, "
                                   "kv_heads, vocab and intermediate for the memory estimate, or have config.json "
