@@ -27,6 +27,7 @@ from rlgraph.runtime.group import Member, WorkerGroup
 from rlgraph.runtime.process import DeviceProcess, HostedRole
 from rlgraph.runtime.roles import WorkerSpec, sharded_roles
 from rlgraph.runtime.weight_sync import join_sync_groups
+from rlgraph.workers.rendezvous import group_host
 
 DEFAULT_PLACEMENT_TIMEOUT_S = 60.0  # also how long a data-parallel group's rendezvous waits for its ranks
 # how long one collective of a data-parallel group may wait for the other ranks: one rank may be generating
@@ -228,11 +229,13 @@ def join_data_parallel_groups(plan: Plan, lowered: Lowered, pools: dict[str, Poo
     """Start one gloo (cpu) / nccl (gpu) group per set of trained replicas, as verl's worker env does:
     rank = replica (replicas are numbered node by node, so ranks are ordered by node), world size = the
     replicas, MASTER_ADDR:MASTER_PORT = a free port on rank 0's node, LOCAL_RANK = the device on its node
-    on a cpu pool, its index among the GPUs Ray shows the process on a gpu pool (`init_data_parallel`)."""
+    on a cpu pool, its index among the GPUs Ray shows the process on a gpu pool (`init_data_parallel`).
+    A group on one machine listens on loopback only (workers/rendezvous.py)."""
     device_of = {p.process: pools[p.pool].device for p in plan.placements}
     local_rank = {p.process: p.device for p in plan.placements}
     for group in data_parallel_groups(plan):
-        address, port = ray.get(lowered.processes[group[0]].free_port.remote())
+        address = group_host(ray.get([lowered.processes[process].node_address.remote() for process in group]))
+        port = ray.get(lowered.processes[group[0]].free_port.remote(address))
         backend = "nccl" if device_of[group[0]] == "gpu" else "gloo"
         ray.get([lowered.processes[process].init_data_parallel.remote(
             backend, address, port, rank, len(group), local_rank[process], rendezvous_timeout_s, collective_timeout_s)

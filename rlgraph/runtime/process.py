@@ -93,14 +93,17 @@ class DeviceProcess:
 
     # --- data parallel: replicas of trained roles average their gradients (workers/optim.py) ---
 
-    def free_port(self) -> tuple[str, int]:
-        """This node's IP and a free TCP port on it, for the data-parallel group's rendezvous (before `setup`)."""
+    def node_address(self) -> str:
+        """This node's IP (Ray's), before `setup`: where the groups it joins may listen (workers/rendezvous.py)."""
+        return _node_ip()
+
+    def free_port(self, host: str) -> int:
+        """A free TCP port on `host`, for the data-parallel group's rendezvous (before `setup`)."""
         import socket
 
-        address = _node_ip()
         with socket.socket() as sock:
-            sock.bind((address, 0))
-            return address, sock.getsockname()[1]
+            sock.bind((host, 0))
+            return sock.getsockname()[1]
 
     def init_data_parallel(self, backend: str, master_addr: str, master_port: int, rank: int, world_size: int,
                            local_rank: int, rendezvous_timeout_s: float, collective_timeout_s: float) -> None:
@@ -118,6 +121,8 @@ class DeviceProcess:
 
         import torch.distributed as dist
 
+        from rlgraph.workers import rendezvous
+
         role = next((h.spec.role for h in self.hosted.values() if h.spec.kind in ("actor", "critic")), "?")
         with self._reporting(role, f"joining its data-parallel group ({backend}, {master_addr}:{master_port})"):
             if backend == "nccl":
@@ -128,8 +133,12 @@ class DeviceProcess:
                 torch.cuda.set_device(local_rank)  # before the group: nccl binds its communicator to it
             os.environ.update({"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port), "RANK": str(rank),
                                "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local_rank)})
-            store = dist.TCPStore(master_addr, master_port, world_size, is_master=rank == 0,
-                                  timeout=datetime.timedelta(seconds=rendezvous_timeout_s))
+            for key, value in rendezvous.socket_env(master_addr).items():  # gloo's and nccl's own sockets
+                os.environ.setdefault(key, value)  # the user's choice of interface stands
+            timeout = datetime.timedelta(seconds=rendezvous_timeout_s)
+            store = (rendezvous.listen_store(master_addr, master_port, world_size, rendezvous_timeout_s,
+                                             wait_for_workers=True) if rank == 0 else
+                     dist.TCPStore(master_addr, master_port, world_size, is_master=False, timeout=timeout))
             # on GPUs a gloo backend for CPU tensors beside nccl: FSDP2's CPU offload (param_offload) reduces
             # the gradient norm, gathers for weight sync and checkpoints on host-resident shards
             dist.init_process_group("cpu:gloo,cuda:nccl" if backend == "nccl" else backend, store=store, rank=rank,
@@ -186,12 +195,13 @@ class DeviceProcess:
 
     # --- weight sync to a rollout in other processes, over a group of its own (rlgraph/runtime/weight_sync.py) ---
 
-    def open_weight_sync_store(self, role: str, edge: str, world_size: int, timeout_s: float) -> int:
-        """Rank 0 of `edge`'s group (the source's replica 0): open its store on this node; the port."""
+    def open_weight_sync_store(self, role: str, edge: str, host: str, world_size: int, timeout_s: float) -> int:
+        """Rank 0 of `edge`'s group (the source's replica 0): open its store on `host` (this node's IP, or
+        loopback for a group on one machine); the port."""
         from rlgraph.workers import weight_sync
 
         with self._reporting(role, f"opening the weight-sync group `{edge}`"):
-            store = weight_sync.open_store(self.node_ip if self.node_ip != "?" else "127.0.0.1", world_size, timeout_s)
+            store = weight_sync.open_store(host, world_size, timeout_s)
             self.sync_groups[edge] = store
             return store.port
 
@@ -202,6 +212,7 @@ class DeviceProcess:
         with self._reporting(role, f"joining the weight-sync group `{edge}` ({backend}, {host}:{port}, rank {rank})"):
             store = self.sync_groups.pop(edge, None) if rank == 0 else None
             group = weight_sync.open_group(host, port, rank, world_size, backend, store=store,
+                                           own_ip=self.node_ip if self.node_ip != "?" else host,
                                            rendezvous_timeout_s=rendezvous_timeout_s,
                                            collective_timeout_s=collective_timeout_s)
             self.sync_groups[edge] = (group, backend)

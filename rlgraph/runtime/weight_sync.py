@@ -22,6 +22,7 @@ import ray
 
 from rlgraph.plan.model import Plan
 from rlgraph.runtime.roles import ALIAS, WorkerSpec
+from rlgraph.workers.rendezvous import group_host
 
 if TYPE_CHECKING:
     from rlgraph.runtime.lowering import Lowered
@@ -62,12 +63,13 @@ def join_sync_groups(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered,
                      collective_timeout_s: float) -> None:
     """Open the group of every collective edge (`lowered.sync_edges`): rank 0 opens a store on a port of
     its node, then every member joins it at once (a group forms only when all are there), waiting up to
-    `rendezvous_timeout_s`; a sync then may take `collective_timeout_s` (the whole model over the network)."""
+    `rendezvous_timeout_s`; a sync then may take `collective_timeout_s` (the whole model over the network).
+    A group on one machine listens on loopback only (workers/rendezvous.py)."""
     for edge in collective_edges(plan, specs):
         master = edge.processes[0]
-        host = lowered.info[master]["node_ip"]
+        host = group_host([lowered.info[process]["node_ip"] for process in edge.processes])
         port = ray.get(lowered.processes[master].open_weight_sync_store.remote(
-            edge.source, edge.name, len(edge.processes), rendezvous_timeout_s))
+            edge.source, edge.name, host, len(edge.processes), rendezvous_timeout_s))
         ray.get([lowered.processes[process].join_weight_sync.remote(
             edge.source if rank == 0 else edge.target, edge.name, host, port, rank, len(edge.processes),
             edge.backend, rendezvous_timeout_s, collective_timeout_s) for rank, process in enumerate(edge.processes)])

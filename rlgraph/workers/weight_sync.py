@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from rlgraph.workers import rendezvous
+
 BUCKET_BYTES = 256 * 2**20  # verl and OpenRLHF use buckets of a few hundred MiB
 
 Transfer = Callable[[torch.Tensor], None]  # a broadcast from rank 0, in place on the receivers
@@ -146,10 +148,11 @@ def receive_weights(receive: Transfer, load: Callable[[list[tuple[str, torch.Ten
 
 
 def open_group(host: str, port: int, rank: int, world_size: int, backend: str, *, rendezvous_timeout_s: float,
-               collective_timeout_s: float, store: Any = None) -> Any:
+               collective_timeout_s: float, store: Any = None, own_ip: str = rendezvous.LOOPBACK) -> Any:
     """A process group of its own (gloo or nccl) over a TCPStore at host:port, not the default group.
     Rank 0 passes the store it opened (`open_store`); the others connect to it within `rendezvous_timeout_s`.
-    Each broadcast may then take `collective_timeout_s`."""
+    Each broadcast may then take `collective_timeout_s`. Gloo's pairs listen on loopback when `host` is
+    loopback, else on `own_ip` (this member's node)."""
     import torch.distributed as dist
 
     if store is None:
@@ -162,16 +165,17 @@ def open_group(host: str, port: int, rank: int, world_size: int, backend: str, *
         options._timeout = timeout
         return dist.ProcessGroupNCCL(store, rank, world_size, options)
     if backend == "gloo":
-        return dist.ProcessGroupGloo(store, rank, world_size, timeout)
+        options = dist.ProcessGroupGloo._Options()
+        options._timeout = timeout
+        options._devices = [rendezvous.gloo_device(rendezvous.bind_host(host, own_ip))]
+        return dist.ProcessGroupGloo(store, rank, world_size, options)
     raise ValueError(f"unknown backend {backend!r} for a weight-sync group; expected gloo or nccl")
 
 
 def open_store(host: str, world_size: int, timeout_s: float) -> Any:
-    """The group's TCPStore on rank 0's node, on a port the system picks (read it from `.port`)."""
-    import torch.distributed as dist
-
-    return dist.TCPStore(host, 0, world_size, is_master=True, timeout=datetime.timedelta(seconds=timeout_s),
-                         wait_for_workers=False)
+    """The group's TCPStore on rank 0's node, listening on `host` only, on a port the system picks (read it
+    from `.port`)."""
+    return rendezvous.listen_store(host, 0, world_size, timeout_s)
 
 
 def broadcaster(group: Any) -> Transfer:
