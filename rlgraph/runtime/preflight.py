@@ -15,6 +15,7 @@ from typing import Any
 
 from rlgraph.plan.model import Plan
 from rlgraph.runtime.errors import PreflightError
+from rlgraph.runtime.import_probe import probe_user_code
 from rlgraph.contract.methods import WORKERS
 from rlgraph.runtime.roles import ALIAS, generate_call, worker_specs
 
@@ -63,6 +64,7 @@ def prepare(plan: Plan, checked: Checked) -> Prepared:
     """The rest: rewards and user functions import (with torch), the tokenizer loads (transformers), the
     environments talk through it, the prompts are tokenized and filtered by length. `run_plan` does this in a
     thread while Ray starts."""
+    probe_user_code(plan)  # first in a child with a deadline: a module that exits or hangs at import is named
     rewards = _load_rewards(plan)
     _check_user_functions(plan)
     tokenizer = _tokenizer(plan, checked.model_paths)
