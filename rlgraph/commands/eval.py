@@ -18,6 +18,7 @@ Exit codes: 0 scored, 1 the input is wrong or a step failed (the message says wh
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from dataclasses import asdict, replace
@@ -55,6 +56,8 @@ def eval_command(source: str, *, spec: str | None = None, overrides: list[str] =
                                      device=device, seed=seed, ks=ks, pass_score=pass_score)
             from rlgraph.runtime.evaluate import evaluate
 
+            if settings.engine == "vllm":  # its INFO lines (and warnings of its own) are not the user's table
+                os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
             console.print(f"[bold]rlgraph eval[/] {escape(what)}", highlight=False)
             result = evaluate(folder, settings, log=lambda line: console.print(escape(line), highlight=False))
     except (EvalInputError, RunError) as err:
