@@ -12,7 +12,7 @@ from rlgraph.workers.activations import checkpoint_blocks
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.micro import pack, split_rows
 from rlgraph.workers.optim import Optimization, shuffle_generator
-from rlgraph.workers.packing import (PackedRows, check_packed_attention, model_name, packed_model_inputs,
+from rlgraph.workers.packing import (PackedRows, check_packed_attention, packed_model_inputs,
                                      scatter_rows)
 from rlgraph.workers.loading import default_device
 from rlgraph.workers.precision import Precision
@@ -78,10 +78,7 @@ class CriticWorker:
     def _check_packing(self) -> None:
         """remove_padding: refuse a model whose attention would mix packed rows (workers/packing.py)."""
         if self.settings.remove_padding:
-            body = self.backbone
-            check_packed_attention(
-                lambda ids, pos: body(input_ids=ids, position_ids=pos, use_cache=False).last_hidden_state,
-                body.config.vocab_size, self.device, model_name(body))
+            check_packed_attention(self.backbone, "last_hidden_state", self.device)
 
     def _both(self) -> torch.nn.Module:
         # one module over body and head, for the distributed-checkpoint helpers (parameter names as in state_dict)

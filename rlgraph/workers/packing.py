@@ -134,14 +134,19 @@ def scatter_rows(values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.zeros(targets.shape, dtype=values.dtype, device=values.device).masked_scatter(targets, values)
 
 
-def check_packed_attention(forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], vocab_size: int,
-                           device: torch.device | str, model: str) -> None:
-    """Raise ValueError unless a packed pass keeps its sequences apart.
+def check_packed_attention(module: torch.nn.Module, output: str, device: torch.device | str) -> None:
+    """Raise ValueError unless a packed pass of `module` (a causal LM, or a backbone) keeps its sequences apart.
 
-    `forward(input_ids, position_ids)` -> (1, T, ...) per-token outputs with no attention mask. Sequence b
-    after sequence a must give what b gives at the start of a row (before c): a leak across the bound, or
-    positions taken from the column instead of the position ids (absolute embeddings), changes it.
+    `module(input_ids=, position_ids=, use_cache=False).<output>` ("logits", "last_hidden_state") gives the
+    (1, T, ...) per-token outputs with no attention mask. Sequence b after sequence a must give what b gives at
+    the start of a row (before c): a leak across the bound, or positions taken from the column instead of the
+    position ids (absolute embeddings), changes it. Every worker with `remove_padding` calls it once, at start.
     """
+    model, vocab_size = model_name(module), module.config.vocab_size
+
+    def forward(ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return getattr(module(input_ids=ids, position_ids=positions, use_cache=False), output)
+
     length = 8
     generator = torch.Generator().manual_seed(0)
     a, b, c = (torch.randint(3, max(4, vocab_size), (length,), generator=generator) for _ in range(3))

@@ -20,7 +20,7 @@ from rlgraph.workers.loading import as_dtype, default_device, load_causal_lm  # 
 from rlgraph.workers.logits import token_log_probs
 from rlgraph.workers.micro import forward_pass, split_rows
 from rlgraph.workers.optim import Optimization, shuffle_generator
-from rlgraph.workers.packing import check_packed_attention, model_name, packed_response_logits
+from rlgraph.workers.packing import check_packed_attention, packed_response_logits
 from rlgraph.workers.precision import Precision, computes, in_compute
 from rlgraph.workers.rollout import generate_rollout
 
@@ -112,9 +112,7 @@ class PolicyWorker:
         """remove_padding: refuse a model whose attention would mix packed rows (workers/packing.py)."""
         if not self.settings.remove_padding:
             return
-        module = self.module
-        check_packed_attention(lambda ids, pos: module(input_ids=ids, position_ids=pos, use_cache=False).logits,
-                               module.config.vocab_size, self.offload_host or self.device, model_name(module))
+        check_packed_attention(self.module, "logits", self.offload_host or self.device)
 
     @torch.no_grad()
     @offload.moves_weights

@@ -23,7 +23,7 @@ from rlgraph.models.sequences import last_token_scores, left_pad, position_ids_f
 from rlgraph.contract.settings import ForwardSettings, RewardModelSettings
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.micro import forward_pass, split_rows
-from rlgraph.workers.packing import PackedRows, check_packed_attention, model_name, packed_model_inputs
+from rlgraph.workers.packing import PackedRows, check_packed_attention, packed_model_inputs
 from rlgraph.workers.loading import as_dtype, default_device
 
 
@@ -48,10 +48,7 @@ class RewardModelWorker:
         self.retokenize = settings.retokenize
         self.remove_padding = settings.remove_padding
         if self.remove_padding:  # refuse a model whose attention would mix packed rows (workers/packing.py)
-            body = self.module.model
-            check_packed_attention(
-                lambda ids, pos: body(input_ids=ids, position_ids=pos, use_cache=False).last_hidden_state,
-                self.module.config.vocab_size, self.device, model_name(body))
+            check_packed_attention(self.module.model, "last_hidden_state", self.device)
         self.tokenizer = None
         if self.retokenize:
             from transformers import AutoTokenizer
