@@ -78,7 +78,10 @@ def prepare(plan: Plan, checked: Checked) -> Prepared:
             f"data.train has {len(train)} usable prompts, fewer than one batch of data.batch_size = {batch_size}; "
             "lower the batch size, raise data.max_prompt_length, or add prompts."
         )
-    warnings = round_trip_warnings(tokenizer, checked.rows["train"][:ROUND_TRIP_ROWS], "data.train")
+    generate = generate_call(plan)  # a multi-turn reward reads the tags too
+    multi_turn = generate is not None and getattr(generate.settings, "env", None) is not None
+    warnings = round_trip_warnings(tokenizer, checked.rows["train"][:ROUND_TRIP_ROWS], "data.train",
+                                   skip_special_tokens=not multi_turn)
     return Prepared(checked.model_paths, tokenizer, train, val, rewards, notes, warnings)
 
 
@@ -267,13 +270,15 @@ def _tokenizer(plan: Plan, model_paths: dict[str, str]) -> Any:
                              f"{err}{hint}") from None
 
 
-def round_trip_warnings(tokenizer: Any, rows: list[dict[str, Any]], split: str) -> list[str]:
+def round_trip_warnings(tokenizer: Any, rows: list[dict[str, Any]], split: str,
+                        skip_special_tokens: bool = True) -> list[str]:
     """A warning when the tokenizer does not give back what it encodes: a prompt or ground truth of `rows` that,
-    encoded without special tokens and decoded with skip_special_tokens=True (as the reward reads a response),
-    is not the same text. Then no response can be scored as the ground truth is written, and every reward is
+    encoded without special tokens and decoded, is not the same text (a ground truth decoded as the reward reads a
+    response: with `skip_special_tokens`, True but in a multi-turn run; a prompt with its special tokens, which
+    the model reads). Then no response can be scored as the ground truth is written, and every reward is
     alike. The seen case: transformers 5 loads a tokenizer by the model's config.json `model_type` (a WordLevel
     tokenizer saved beside a qwen2 config loads as Qwen2Tokenizer, which decodes without the spaces)."""
-    differing = []  # (row, what, text, decoded)
+    differing = []  # (row, what, text, decoded, whether only its special tokens were dropped)
     for row_number, row in enumerate(rows, start=1):
         prompt = row["prompt"]
         texts = [("prompt", prompt)] if isinstance(prompt, str) else [
@@ -282,17 +287,23 @@ def round_trip_warnings(tokenizer: Any, rows: list[dict[str, Any]], split: str) 
         if isinstance(truth, (str, int, float)) and not isinstance(truth, bool):
             texts.append(("ground truth", str(truth)))
         for what, text in texts:
-            decoded = tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"], skip_special_tokens=True)
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            decoded = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens and what == "ground truth")
             if decoded != text:
-                differing.append((row_number, what, text, decoded))
+                differing.append((row_number, what, text, decoded,
+                                  tokenizer.decode(ids, skip_special_tokens=False) == text))
     if not differing:
         return []
     shown = [next(d for d in differing if d[1] == kind) for kind in ("prompt", "ground truth")
              if any(d[1] == kind for d in differing)] or differing[:1]
     cases = "; ".join(f"the {what} of {split} row {row_number}, {text!r}, decodes as {decoded!r}"
-                      for row_number, what, text, decoded in shown)
+                      for row_number, what, text, decoded, _ in shown)
     kind = type(tokenizer).__name__
     model_type = _model_type(getattr(tokenizer, "name_or_path", ""))
+    if all(special for *_, special in shown):
+        return [f"a ground truth holds special tokens, which a response loses before the reward reads it "
+                f"(decoded with skip_special_tokens=True): {cases}, so no response can match it. Leave them out of "
+                "the ground truths."]
     built = f"transformers builds the tokenizer class of config.json's `model_type` ({model_type!r} here) " \
         "over the saved vocabulary, so a tokenizer trained on its own (a tokenizers WordLevel or BPE one) can come " \
         "back changed; " if model_type else ""

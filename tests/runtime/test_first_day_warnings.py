@@ -67,6 +67,26 @@ def test_the_builtin_tokenizer_round_trips_without_a_warning():
     assert prepared.warnings == []
 
 
+def test_special_tokens_in_a_prompt_pass_and_in_a_ground_truth_are_warned_of_unless_multi_turn():
+    from transformers import AutoTokenizer
+
+    from rlgraph.models import resolve_model_path
+    from rlgraph.runtime.preflight import round_trip_warnings
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("builtin:arith-gpt"))
+    eos = tokenizer.eos_token
+    assert round_trip_warnings(tokenizer, [row(f"1+1={eos}", "2")], "data.train") == []  # the model reads it
+    [warning] = round_trip_warnings(tokenizer, [row("1+1=", f"2{eos}")], "data.train")
+    assert f"the ground truth of data.train row 1, '2{eos}', decodes as '2'" in warning
+    assert "Leave them out of the ground truths" in warning
+    # a multi-turn reward reads the response with its special tokens
+    assert round_trip_warnings(tokenizer, [row("1+1=", f"2{eos}")], "data.train", skip_special_tokens=False) == []
+
+
+def row(prompt: str, truth: str) -> dict:
+    return {"prompt": prompt, "reward_model": {"ground_truth": truth}}
+
+
 SPEC = """rlgraph 1
 model policy {{ path = "{folder}" }}
 pool main {{ nodes = 1  devices_per_node = 1  device = cpu }}
