@@ -481,7 +481,8 @@ BLOCKS: dict[str, BlockSchema] = {
         "epochs": Key(Int(min=1, max=10**6), "train this many passes over data.train instead of `steps`: the steps are "
                       "counted when the data is loaded, (prompts // batch_size) per epoch, the last short batch "
                       "dropped as verl does (verl: trainer.total_epochs)"),
-        "seed": Key(Int(min=0), "seed for data order, sampling and initialisation", 0),
+        "seed": Key(Int(min=0, max=2**63 - 1), "seed for data order, sampling and initialisation (torch's "
+                    "generators take 64 bits; each role's is this plus 1000 per role)", 0),
         "validate_every": Key(Int(min=0), "validate every k steps (0 = only at the start and end)", 10),
         "val_samples": Key(Int(min=1), "samples per validation prompt (reports mean@N and best@N); the same as the "
                            "rollout's `val { n = N }`", 1),
