@@ -105,7 +105,7 @@ class Spec:
     def raise_for_errors(self) -> Spec:
         """This spec, or a SpecError with its diagnostics when it has errors."""
         if not self.ok:
-            raise SpecError(self.render() + _errors_line(self.errors, "in the spec"), self.errors)
+            raise SpecError(self.render() + _errors_line(self.errors, " in the spec"), self.errors)
         return self
 
 
