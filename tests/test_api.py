@@ -93,6 +93,8 @@ def test_run_refuses_a_spec_with_errors_before_anything_is_written(tmp_path):
     spec = rlgraph.compile(str(SPEC), overrides={"rollout.n": 0})
     with pytest.raises(SpecError, match="nothing was started"):
         rlgraph.run(spec, tmp_path / "run")
+    with pytest.raises(SpecError, match="has errors"):  # its Plan too, as `rlgraph run plan.json` refuses it
+        rlgraph.run(spec.plan(), tmp_path / "run")
     assert not (tmp_path / "run").exists()
     with pytest.raises(TypeError, match="a Spec"):
         rlgraph.run(str(SPEC), tmp_path / "run")

@@ -79,6 +79,7 @@ _ALL = [
     Code("offload-unsharded", "error", "a trained role's param_offload without sharded parameters (fsdp, 2+ replicas)"),
     Code("micro-batch-unset", "warning", "a role on GPUs runs each pass on its whole share of the batch at once"),
     Code("tp-heads", "error", "a tp that does not divide the model's attention heads or key/value heads"),
+    Code("context-length", "error", "a rollout's max_new_tokens beyond what its model's context can hold"),
     Code("idle-devices", "warning", "devices of a pool that no role uses"),
     Code("engine-memory", "error", "a rollout engine's memory_fraction cannot hold its weights and one sequence"),
     Code("engine-batch", "note", "how many sequences a paged engine runs at once, and in how many waves"),

@@ -3,6 +3,9 @@
 - A rollout's `tp` shards the attention heads over its devices, so it must divide them. The engines
   (vLLM, SGLang) shard the key/value heads too, or replicate them when tp is a multiple of their count.
   (tp within one node is placement's check.)
+- A rollout's `max_new_tokens` must fit in its model's context (config.json's max_position_embeddings) after a
+  prompt of at least one token: a longer response can never be generated, and the engine would size its cache
+  for it (max_new_tokens = 10**9 passed `check` and asked for a 256 GB allocation).
 - Devices that no role holds cost as much as busy ones: a warning, as a smaller pool or more replicas
   may be what was meant.
 """
@@ -23,6 +26,7 @@ def plan_checks(program: Program, placements: list[Placement], earlier: list[Dia
     out = []
     for role in program.roles.values():
         out += _tp_heads(program, role)
+        out += _context_length(program, role)
     if not any(d.is_error for d in earlier):  # a misnamed pool or an unplaced role would leave devices "idle"
         out += _idle_devices(program, placements)
     return out
@@ -56,6 +60,24 @@ def _tp_heads(program: Program, role: Decl) -> list[Diagnostic]:
                       "each device holds an equal share of the key/value heads, or one copy of one of them",
                       label=f"{kv_heads} key/value heads / tp {tp}", notes=note)]
     return []
+
+
+def _context_length(program: Program, role: Decl) -> list[Diagnostic]:
+    name = model_of(program, role) if role.kind == "rollout" else None
+    model = program.models.get(name) if name else None
+    if model is None or not isinstance(role.get("max_new_tokens"), int):
+        return []
+    shape = model_shape(model, Path(program.path).parent)
+    tokens, positions = role["max_new_tokens"], shape.max_positions
+    if not isinstance(positions, int) or tokens < positions:
+        return []
+    where = {"config.json": "its config.json", "builtin": "built in"}.get(shape.source, shape.source)
+    return [error("context-length", f"`{role.name}` has max_new_tokens = {tokens}, more than model `{name}` can hold "
+                  f"after a prompt: it reads at most {positions} positions (max_position_embeddings, {where})",
+                  role.span_of("max_new_tokens"),
+                  f"set `max_new_tokens` to at most {positions - 1}, and `data.max_prompt_length` so that the two "
+                  f"add up to {positions} or less", label=f"the model's context is {positions} tokens",
+                  notes=[(f"model `{name}` is declared here", model.span_of("path"))])]
 
 
 def _idle_devices(program: Program, placements: list[Placement]) -> list[Diagnostic]:
