@@ -108,12 +108,13 @@ def parse_tests(ground_truth: Any) -> list[Case]:
 
 
 def score_code(solution_str: str, ground_truth: Any, *, limits: Limits = Limits(), all_or_nothing: bool = False,
-               row_s: float = ROW_S) -> dict[str, float]:
-    """Run the response's program on each test; `score` is the share passed (1 or 0 with `all_or_nothing`,
-    which stops at the first failure). The tests share `row_s` seconds: those it leaves no time for fail.
+               row_s: float = ROW_S, max_tests: int | None = None) -> dict[str, float]:
+    """Run the response's program on each test (the first `max_tests` of them, when given); `score` is the
+    share passed (1 or 0 with `all_or_nothing`, which stops at the first failure). The tests share `row_s`
+    seconds: those it leaves no time for fail. SandboxError when the sandbox itself cannot run a program.
     The other keys are metrics (rlgraph logs a dict's numbers as `reward/<name>/<key>`): `all_passed`, and
     the shares of tests that ran out of time or CPU (`timed_out`) and that ended in an error (`crashed`)."""
-    cases = parse_tests(ground_truth)
+    cases = parse_tests(ground_truth)[:max_tests]
     program = extract_code(solution_str)
     passed = timed_out = crashed = 0
     deadline = time.monotonic() + row_s

@@ -33,9 +33,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+_STARTED = b"started\n"  # sandbox_child.STARTED
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
 _STDERR_KEPT = 4096  # bytes of stderr kept for a run's detail
 _GONE_WAIT_S = 2.0  # how long to wait for a killed program's processes to go
+
+
+class SandboxError(Exception):
+    """The sandbox could not run a program at all (not the program's fault): a namespace that cannot be made,
+    limits too small for Python itself to start."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,7 @@ class Run:
     returncode: int | None
     stdout: str
     stderr: str  # its last _STDERR_KEPT bytes
-    result: str | None  # what the harness wrote on its result channel (mode "call": JSON; "assert": "passed")
+    result: str | None  # what the harness answered (mode "call": JSON; "assert": "passed"), None if nothing
     workdir: str  # removed by now; processes are found by it in tests
 
     @property
@@ -132,9 +138,13 @@ def run_python(source: str, *, stdin: str = "", mode: str = "script", fn_name: s
             status = "cpu_limit"
         if status != "exited" or not namespaces():
             _kill_leftovers(workdir)
+        if status == "exited" and not result.startswith(_STARTED):
+            raise SandboxError(f"the sandbox could not start a program (exit code {proc.returncode}): "
+                               f"{stderr[-_STDERR_KEPT:].decode('utf-8', 'replace').strip() or 'no message'}")
+        result = result.removeprefix(_STARTED)
         return Run(status, proc.returncode, stdout.decode("utf-8", "replace"),
                    stderr[-_STDERR_KEPT:].decode("utf-8", "replace"),
-                   None if result is None else result.decode("utf-8", "replace"), workdir)
+                   result.decode("utf-8", "replace") if result else None, workdir)
 
 
 def _write(folder: str, name: str, text: str) -> None:
@@ -142,7 +152,7 @@ def _write(folder: str, name: str, text: str) -> None:
         file.write(text)
 
 
-def _collect(proc: subprocess.Popen, result_pipe, limits: Limits) -> tuple[str, bytes, bytes, bytes | None]:
+def _collect(proc: subprocess.Popen, result_pipe, limits: Limits) -> tuple[str, bytes, bytes, bytes]:
     """Read the program's stdout, stderr and result channel until it exits, runs out of time or prints too much."""
     deadline = time.monotonic() + limits.wall_s
     buffers = {proc.stdout: bytearray(), proc.stderr: bytearray(), result_pipe: bytearray()}
@@ -181,8 +191,8 @@ def _collect(proc: subprocess.Popen, result_pipe, limits: Limits) -> tuple[str, 
             pipe.close()
     if status is None:
         status = "exited" if proc.returncode >= 0 else "killed"
-    result = bytes(buffers[result_pipe]) if buffers[result_pipe] else None
-    return status, bytes(buffers[proc.stdout][:limits.output_bytes]), bytes(buffers[proc.stderr]), result
+    stdout = bytes(buffers[proc.stdout][:limits.output_bytes])
+    return status, stdout, bytes(buffers[proc.stderr]), bytes(buffers[result_pipe])
 
 
 def _exited(proc: subprocess.Popen) -> bool:

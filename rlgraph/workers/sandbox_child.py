@@ -4,7 +4,8 @@ then the program. Standard library only, started with `python -I`, so it imports
     python -I sandbox_child.py CONFIG_FILE
 
 CONFIG_FILE, JSON: {"workdir", "limits": {resource name: value}, "guard": bool, "mode": "script" | "call" | "assert",
-"result_fd", and for "call" `fn_name` and `args`, for "assert" `test`}. The program is `workdir/solution.py`.
+"result_fd", and for "call" `fn_name` and `args`, for "assert" `test`}. Once the limits are set it writes
+STARTED to `result_fd`, before anything of the program runs. The program is `workdir/solution.py`.
 A "script" is run as `__main__` on its stdin; "call" runs it as a module, calls `fn_name(*args)` (a top-level
 function, or a method of a `Solution` class as LeetCode writes them) and writes the JSON of what it returned
 to `result_fd`; "assert" runs it as a module, then the test code in its namespace, and writes "passed" to
@@ -27,6 +28,7 @@ _PATH_ARGS = {"os.remove": (0,), "os.rename": (0, 1), "os.mkdir": (0,), "os.rmdi
               "os.chflags": (0,), "os.lchmod": (0,), "os.lchown": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
               "os.setxattr": (0,), "os.removexattr": (0,), "shutil.rmtree": (0,), "shutil.copyfile": (1,),
               "shutil.move": (1,)}
+STARTED = b"started\n"  # first on the result channel: the sandbox itself works (rlgraph/workers/sandbox.py)
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -85,6 +87,7 @@ def main() -> None:
     result_fd = config["result_fd"]
     os.set_inheritable(result_fd, False)
     set_limits(config["limits"])
+    os.write(result_fd, STARTED)
     del sys.argv[1:]
     with open(os.path.join(config["workdir"], "solution.py"), encoding="utf-8") as file:
         code = compile(file.read(), "solution.py", "exec")

@@ -39,39 +39,47 @@ def rows():
     return load_rows(ROWS)
 
 
-def test_the_example_rows_are_verl_rows_and_right_answers_pass_every_test():
+def test_the_example_rows_are_verl_rows_and_right_answers_pass_every_test_in_the_reward_process():
     loaded = rows()  # rlgraph's own row check accepts them
     assert [row["data_source"] for row in loaded] == ["codecontests", "apps", "taco", "mbpp"]
-    for row, answer in zip(loaded, RIGHT):
-        scores = score_code(answer, row["reward_model"]["ground_truth"], limits=FAST)
-        assert scores == {"score": 1.0, "all_passed": 1.0, "timed_out": 0.0, "crashed": 0.0}, row["data_source"]
+    hostile = fenced("import socket\nsocket.create_connection(('127.0.0.1', 9))\n")
+    batch = [(row["data_source"], answer, row["reward_model"]["ground_truth"], row["extra_info"])
+             for row, answer in zip(loaded + loaded[:1], RIGHT + [hostile])]
+    # as a run scores: rows in parallel, each in a process of its own with a deadline
+    pool = RewardPool("rlgraph.tasks.code:passes_tests", "rlgraph.tasks.code:passes_tests", timeout_s=60.0,
+                      workers=2)
+    try:
+        values, error, extras = pool.score(batch)
+    finally:
+        pool.close()
+    assert error is None
+    assert values == [1.0, 1.0, 1.0, 1.0, 0.0]
+    assert sorted(extras["all_passed"]) == [0.0, 1.0, 1.0, 1.0, 1.0]
+    assert sorted(extras["crashed"]) == [0.0, 0.0, 0.0, 0.0, 1.0] and extras["timed_out"] == [0.0] * 5
 
 
 def test_a_partly_right_answer_scores_the_share_it_passes():
-    expected = [2 / 3, 2 / 3, 1 / 3, 3 / 4]
-    for row, answer, share in zip(rows(), PARTLY, expected):
+    loaded = rows()
+    assert default_compute_score("taco", PARTLY[0], loaded[0]["reward_model"]["ground_truth"]) == pytest.approx(
+        {"score": 2 / 3, "all_passed": 0.0, "timed_out": 0.0, "crashed": 0.0})
+    for source in ("codecontests", "apps", "codeforces", "taco"):  # verl's code data sources
+        assert DATA_SOURCES[source] == "rlgraph.tasks.code:passes_tests"
+    for row, answer, share in zip(loaded[1:], PARTLY[1:], [2 / 3, 1 / 3, 3 / 4]):
         truth = row["reward_model"]["ground_truth"]
-        assert score_code(answer, truth, limits=FAST)["score"] == pytest.approx(share), row["data_source"]
-    all_or_nothing = score_code(PARTLY[3], rows()[3]["reward_model"]["ground_truth"], limits=FAST, all_or_nothing=True)
+        assert passes_tests(row["data_source"], answer, truth)["score"] == pytest.approx(share), row["data_source"]
+    first_only = score_code(PARTLY[0], loaded[0]["reward_model"]["ground_truth"], limits=FAST, max_tests=1)
+    assert first_only["score"] == 1.0  # the test it fails is the second
+    all_or_nothing = passes_all_tests("mbpp", PARTLY[3], loaded[3]["reward_model"]["ground_truth"])
     assert all_or_nothing["score"] == 0.0 and all_or_nothing["all_passed"] == 0.0
 
 
-def test_the_builtin_functions_and_verl_data_sources():
-    row = rows()[0]
-    truth = row["reward_model"]["ground_truth"]
-    assert passes_tests("codecontests", RIGHT[0], truth)["score"] == 1.0
-    assert passes_all_tests("codecontests", fenced("print(3)\n"), truth)["score"] == 0.0
-    assert passes_tests("codecontests", fenced("print(3)\n"), truth)["score"] == pytest.approx(1 / 3)
-    for source in ("codecontests", "apps", "codeforces", "taco"):  # verl's code data sources
-        assert DATA_SOURCES[source] == "rlgraph.tasks.code:passes_tests"
-    assert default_compute_score("taco", PARTLY[0], truth)["score"] == pytest.approx(2 / 3)
-
-
 def test_output_is_compared_by_tokens():
-    truth = {"inputs": ["", ""], "outputs": ["1 2\n3\n", ["1 2", "3"]]}
+    truth = {"inputs": [""], "outputs": ["1 2\n3\n"]}
     for printed in ("print('1 2 3')", "print('1\\n2\\n3   \\n\\n')", "print(1, 2)\nprint(3, end='')"):
         assert score_code(printed, truth, limits=FAST)["score"] == 1.0, printed
     assert score_code("print('1 23')", truth, limits=FAST)["score"] == 0.0
+    as_lines = {"inputs": [["4", "5"]], "outputs": [["9"]]}  # stdin and stdout stored as lists of lines
+    assert score_code("print(int(input()) + int(input()))", as_lines, limits=FAST)["score"] == 1.0
 
 
 def test_the_program_is_the_last_python_block_of_the_response():
@@ -113,20 +121,3 @@ def test_a_bad_ground_truth_says_what_is_wrong(truth, message):
     with pytest.raises(ValueError, match="ground_truth") as err:
         parse_tests(truth)
     assert message in str(err.value)
-
-
-def test_in_the_reward_process_rows_are_scored_in_parallel_with_their_metrics():
-    loaded = rows()
-    hostile = fenced("import os, socket\nsocket.create_connection(('127.0.0.1', 9))\n")
-    answers = RIGHT[:3] + [hostile]
-    batch = [(row["data_source"], answer, row["reward_model"]["ground_truth"], row["extra_info"])
-             for row, answer in zip(loaded, answers)]
-    pool = RewardPool("rlgraph.tasks.code:passes_tests", "rlgraph.tasks.code:passes_tests", timeout_s=60.0,
-                      workers=2)
-    try:
-        values, error, extras = pool.score(batch)
-    finally:
-        pool.close()
-    assert error is None
-    assert values == [1.0, 1.0, 1.0, 0.0]
-    assert sorted(extras["all_passed"]) == [0.0, 1.0, 1.0, 1.0] and sorted(extras["crashed"]) == [0.0, 0.0, 0.0, 1.0]

@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from rlgraph.workers.sandbox import Limits, namespaces, processes_in, run_python
+from rlgraph.workers import sandbox
+from rlgraph.workers.sandbox import Limits, SandboxError, namespaces, processes_in, run_python
 
 SMALL = Limits(cpu_s=1, wall_s=5.0, memory_mb=256, output_bytes=64 << 10, file_mb=1)
 UNGUARDED = Limits(cpu_s=1, wall_s=5.0, memory_mb=256, output_bytes=64 << 10, file_mb=1, python_guard=False)
@@ -200,3 +201,11 @@ def test_the_program_dies_with_the_process_that_started_it(tmp_path):
             break
         time.sleep(0.02)
     assert processes_in(str(tmp_path)) == []
+
+
+def test_a_sandbox_that_cannot_start_is_an_error_not_a_failed_program(monkeypatch):
+    # scored as a failure, it would give every sample 0 without a word
+    broken = ("sh", "-c", "echo 'unshare: unshare failed: Operation not permitted' >&2; exit 1", "--")
+    monkeypatch.setattr(sandbox, "namespaces", lambda: broken)
+    with pytest.raises(SandboxError, match="could not start a program .exit code 1.: unshare: unshare failed"):
+        run_python("print(1)", limits=SMALL)
