@@ -133,7 +133,9 @@ class _Config:
                     key = old + key[len(new):]
                     self.written[key] = setting.key
             if key in self.values:
-                self.warnings.append(f"{where(setting)}: {setting.key} is set twice; the later value "
+                earlier = self.values[key]
+                again = "is set twice" if earlier.key == setting.key else f"is set again as {setting.key}"
+                self.warnings.append(f"{where(setting)}: {earlier.key}={earlier.text} {again}; the later value "
                                      f"({setting.text}) wins")
             self.values[key] = setting
         self.used: set[str] = set()
@@ -579,10 +581,10 @@ class _Importer:
             self._note(home, f"{prefix}.param_offload", "rlgraph offloads only sharded parameters (fsdp over 2 or "
                        "more replicas); this role has one device", warn=True)
         elif params or cfg.has(f"{prefix}.param_offload"):
-            block.set("param_offload", params, _short(f"{prefix}.param_offload"))
+            block.set("param_offload", params, _short(cfg.name(f"{prefix}.param_offload")))
         optimizer = cfg.bool(f"{prefix}.optimizer_offload", False)
         if optimizer or cfg.has(f"{prefix}.optimizer_offload"):
-            block.set("optimizer_offload", optimizer, _short(f"{prefix}.optimizer_offload"))
+            block.set("optimizer_offload", optimizer, _short(cfg.name(f"{prefix}.optimizer_offload")))
 
     def _optim(self, prefix: str, lr: float, grad_clip_key: str) -> _Block:
         cfg = self.cfg
@@ -1078,10 +1080,23 @@ class _Importer:
             verdict = "is not mapped" if kind == "not mapped" else f"has {kind}" if kind == "no effect" else kind
             self.warnings.append(f"{at}{self.cfg.name(key)}={text} {verdict}: {reason}")
 
+    def _named(self) -> str:
+        """Every `# verl:` source and note written so far, to find a key that was read but is named nowhere."""
+        sources = [source for block in self.blocks.values() for block in [block] + block.nested
+                   for _, _, source in block.entries] + [source for _, source in self.step]
+        return "\n".join(sources + [line for lines in self.notes.values() for line in lines])
+
     def _leftovers(self) -> None:
         cfg = self.cfg
+        named = self._named()
         for key, setting in cfg.values.items():
             if key in cfg.used:
+                short = _short(cfg.name(key))
+                if not re.search(rf"(?<![\w.]){re.escape(short)}(?![\w.])", named):
+                    # read, and its value is what the spec says by leaving the setting out (lora_rank=0, no
+                    # warm-up, filter_groups off, ...): said, so that no key of the launch is silent
+                    self._note(self._home(key), key, "read; the spec means the same by leaving it out",
+                               kind="as rlgraph")
                 continue
             home = self._home(key)
             if key in _SAME and setting.value in _SAME[key]:
