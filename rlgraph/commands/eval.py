@@ -47,6 +47,8 @@ def eval_command(source: str, *, spec: str | None = None, overrides: list[str] =
 
     console, errors = Console(), Console(stderr=True)
     try:
+        _check_flags(n=n, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
+                     max_prompt_length=max_prompt_length, batch_size=batch_size, ks=ks, output=output)
         with tempfile.TemporaryDirectory(prefix="rlgraph-eval-") as scratch:
             folder, trained_with, what = model_source(source, role, Path(scratch))
             plan = load_plan(spec, overrides, trained_with)
@@ -73,6 +75,23 @@ def eval_command(source: str, *, spec: str | None = None, overrides: list[str] =
         Path(output).write_text(json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n")
         console.print(f"result: {escape(output)}", highlight=False)
     return EXIT_OK
+
+
+def _check_flags(*, n, temperature, top_p, top_k, max_new_tokens, max_prompt_length, batch_size, ks, output) -> None:
+    """The flags' own limits, before anything loads (the spec's values were checked by its compiler)."""
+    at_least_one = {"--n": n, "--max-new-tokens": max_new_tokens, "--max-prompt-length": max_prompt_length,
+                    "--batch-size": batch_size, **{"--k": k for k in ks}}
+    for flag, value in at_least_one.items():
+        if value is not None and value < 1:
+            raise EvalInputError(f"{flag} must be at least 1, got {value}")
+    if temperature is not None and temperature < 0:
+        raise EvalInputError(f"--temperature must be 0 (greedy) or more, got {temperature}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise EvalInputError(f"--top-p must be in (0, 1], got {top_p}")
+    if top_k is not None and top_k < 0:
+        raise EvalInputError(f"--top-k must be 0 (all tokens) or more, got {top_k}")
+    if output is not None and not Path(output).resolve().parent.is_dir():
+        raise EvalInputError(f"-o {output}: the folder {Path(output).resolve().parent} does not exist")
 
 
 # --- what to evaluate ---

@@ -159,6 +159,8 @@ def evaluate(model_folder: str, settings: EvalSettings, log: Callable[[str], Non
     from rlgraph.workers.rollout import generate_rollout
 
     started = time.perf_counter()
+    one, sampled_settings = validation_sampling(settings.generate, settings.val)
+    ks = _pass_ks(settings, sampled_settings)
     # Pre-flight's second part, as the run does it, on a plan whose data are the prompts to score (as both splits:
     # it wants a train split) and whose one reward is the one to score with: the reward (a function or a
     # service) loads, the spec's environments give the tools a chat template renders, the tokenizer loads and
@@ -197,8 +199,6 @@ def evaluate(model_folder: str, settings: EvalSettings, log: Callable[[str], Non
                            f"{type(err).__name__}: {err}") from None
         loaded = time.perf_counter()
         items = list(dataset)
-        one, sampled_settings = validation_sampling(settings.generate, settings.val)
-        ks = _pass_ks(settings, sampled_settings)
         log(f"{len(items)} prompts, {settings.engine} engine: "
             + ("greedy" if one.temperature == 0 else f"one answer at temperature {one.temperature}")
             + (f" and {sampled_settings.n} sampled at temperature {sampled_settings.temperature}"

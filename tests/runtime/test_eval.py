@@ -107,6 +107,10 @@ def test_bad_input_is_an_error_that_says_what_to_fix(capsys, arith_model, tmp_pa
                          "--k", "2")
     assert code == 1 and "pass@2 needs several answers per prompt" in out, out
 
+    code, out = run_eval(capsys, "builtin:arith-gpt", "--data", rows, "--reward", "rlgraph.tasks.arith:exact_match",
+                         "--n", "0")
+    assert code == 1 and "--n must be at least 1" in out, out
+
 
 # --- a whole run, exported and evaluated ---
 
