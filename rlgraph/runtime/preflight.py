@@ -282,7 +282,7 @@ def round_trip_warnings(tokenizer: Any, rows: list[dict[str, Any]], split: str,
     for row_number, row in enumerate(rows, start=1):
         prompt = row["prompt"]
         texts = [("prompt", prompt)] if isinstance(prompt, str) else [
-            (f"prompt message {i + 1}", message["content"]) for i, message in enumerate(prompt)]
+            (f"prompt message {i}", message["content"]) for i, message in enumerate(prompt)]  # 0-based, as data errors
         truth = row["reward_model"]["ground_truth"]
         if isinstance(truth, (str, int, float)) and not isinstance(truth, bool):
             texts.append(("ground truth", str(truth)))
@@ -294,8 +294,9 @@ def round_trip_warnings(tokenizer: Any, rows: list[dict[str, Any]], split: str,
                                   tokenizer.decode(ids, skip_special_tokens=False) == text))
     if not differing:
         return []
-    shown = [next(d for d in differing if d[1] == kind) for kind in ("prompt", "ground truth")
-             if any(d[1] == kind for d in differing)] or differing[:1]
+    # the first prompt (or prompt message) and the first ground truth that differ
+    shown = [next(d for d in differing if d[1].startswith(kind)) for kind in ("prompt", "ground truth")
+             if any(d[1].startswith(kind) for d in differing)]
     cases = "; ".join(f"the {what} of {split} row {row_number}, {text!r}, decodes as {decoded!r}"
                       for row_number, what, text, decoded, _ in shown)
     kind = type(tokenizer).__name__
