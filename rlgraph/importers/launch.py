@@ -2,11 +2,10 @@
 
 Three forms are read:
 
-- a shell script that runs verl's trainer (`python3 -m verl.trainer.main_ppo k=v ...`, a recipe's
-  `main_*` module or a `main_*.py` file): line continuations, comments, quotes, and the variables the
-  script assigns before the command (`$VAR`, `${VAR}`, `${VAR:-default}`, `$((arithmetic))`). Nothing is
-  run: a variable the script does not assign (`$HOME`) or a command substitution (`$(date)`) is left as
-  written and reported, so the same file always gives the same settings;
+- a shell script that runs verl's trainer (`python3 -m verl.trainer.main_ppo k=v ...`, fully_async_main, the
+  one-step-off main, a recipe's `main_*` module or a `main_*.py` file, directly or through torchrun, `ray job
+  submit -- ...`, `uv run`, a function): read as bash reads it by rlgraph/importers/shell.py, which runs
+  nothing and reads no environment, so the same file always gives the same settings;
 - a file of `key=value` lines (`#` comments, blank lines);
 - a YAML config, whose nested keys are flattened (`actor_rollout_ref: {actor: {...}}` ->
   `actor_rollout_ref.actor....`).

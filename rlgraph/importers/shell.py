@@ -154,6 +154,7 @@ class Shell:
         self.warnings: list[str] = []
         self._warned: set[str] = set()
         self.depth = 0
+        self.in_test = False  # inside `[ ]`/`[[ ]]`: an unset variable is empty, as bash reads it
 
     def warn(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -294,7 +295,7 @@ class Shell:
                 if any(p.known and fnmatch.fnmatchcase(value, p) for p in patterns):
                     return self.block(body)
             elif not _exits(body):
-                assumed = patterns[0] if patterns else ""
+                assumed = patterns[0] if patterns else Field("", _line(node))
                 self.warn(f"case:{_line(node)}", f"line {_line(node)}: `case {_clip(_text(value_node))}`: the value "
                                                  f"cannot be known statically; assumed `{assumed}` (its first branch "
                                                  "that does not exit)")
@@ -313,7 +314,7 @@ class Shell:
                 seen_paren = True
             elif not seen_paren:
                 if child.is_named:
-                    patterns.append(self.scalar(child, pattern=True))
+                    patterns.append(self.scalar(child))
             elif child.type not in (";;", ";&", ";;&"):
                 body.append(child)
         return patterns, body
@@ -484,7 +485,11 @@ class Shell:
         expressions = [c for c in node.named_children if c.type != "comment"]
         if not expressions:
             return False
-        return self.expression(expressions[0], double=node.children[0].type == "[[")
+        outer, self.in_test = self.in_test, True
+        try:
+            return self.expression(expressions[0], double=node.children[0].type == "[[")
+        finally:
+            self.in_test = outer
 
     def expression(self, node: Node, double: bool) -> bool | None:
         kind = node.type
@@ -513,8 +518,7 @@ class Shell:
                 if operator in ("&&", "-a"):
                     return False if left is False or right is False else (None if None in (left, right) else True)
                 return True if left or right else (None if None in (left, right) else False)
-            left = self.scalar(left_node)
-            right = self.scalar(right_node, pattern=double and operator in ("==", "!="))
+            left, right = self.scalar(left_node), self.scalar(right_node)
             if not (left.known and right.known):
                 return None
             return _compare(left, operator, right, double)
@@ -532,7 +536,7 @@ class Shell:
 
     # ---- words ---------------------------------------------------------------------------------
 
-    def scalar(self, node: Node, pattern: bool = False) -> Field:
+    def scalar(self, node: Node) -> Field:
         """A word as one string (array elements joined by spaces, as in `[ "${A[*]}" ]`)."""
         fields = self.fields(node, split=False)
         return _join(fields, _line(node)) if fields else Field("", _line(node))
@@ -656,7 +660,7 @@ class Shell:
             indirect, children = True, children[1:]
         target = children[0]
         rest = children[1:]
-        values, is_set = self.lookup(target, written)
+        values = self.lookup(target, written)
         if indirect:
             self.warn(f"ind:{written}", f"line {line}: indirect expansion `{written}` is not followed; left as "
                                         "written")
@@ -732,7 +736,7 @@ class Shell:
                 pieces.append(_join(part, line, " "))
         return _join(pieces, line) if pieces else Field("", line)
 
-    def lookup(self, target: Node, written: str) -> tuple[list[Field] | None, bool]:
+    def lookup(self, target: Node, written: str) -> list[Field] | None:
         """The fields a name (or `A[i]`, `A[@]`, `$1`, `$@`) holds; None when unset."""
         line = _line(target)
         if target.type == "subscript":
@@ -740,32 +744,32 @@ class Shell:
             index = target.child_by_field_name("index")
             value = self.vars.get(name)
             if value is None:
-                return None, False
+                return None
             items = value if isinstance(value, list) else [value]
             if _is_all(target):
-                return list(items), True
+                return list(items)
             position = self.arithmetic(index) if index is not None else None
             if position is None:
-                return [Field(written, line, known=False)], True
-            return ([items[position]] if -len(items) <= position < len(items) else None), True
+                return [Field(written, line, known=False)]
+            return [items[position]] if -len(items) <= position < len(items) else None
         name = _text(target)
         if name in ("@", "*"):
-            return list(self.positional), True
+            return list(self.positional)
         if name == "#":
-            return [Field(str(len(self.positional)), line)], True
+            return [Field(str(len(self.positional)), line)]
         if name.isdigit():
             position = int(name)
             if position == 0:
-                return [Field("run.sh", line, known=False)], True
-            return ([self.positional[position - 1]] if position <= len(self.positional) else None), True
+                return [Field("run.sh", line, known=False)]
+            return [self.positional[position - 1]] if position <= len(self.positional) else None
         if name in ("?", "$", "!", "-"):
-            return [Field(written, line, known=False)], True
+            return [Field(written, line, known=False)]
         if name in self.hidden:
-            return [self.hidden_arithmetic(self.hidden[name], line)], True
+            return [self.hidden_arithmetic(self.hidden[name], line)]
         value = self.vars.get(name)
         if value is None:
-            return None, False
-        return (value[:1] if isinstance(value, list) else [value]), True
+            return None
+        return value[:1] if isinstance(value, list) else [value]
 
     def hidden_arithmetic(self, written: str, line: int) -> Field:
         tree = _PARSER.parse(f"X={written}\n".encode())
@@ -783,6 +787,10 @@ class Shell:
         name = _text(target)
         if name.isdigit() or target.type == "subscript":
             return []  # the script's arguments (none), an unset array: nothing
+        if self.in_test:
+            self.warn(f"unset-test:{name}", f"line {line}: `${name}` is not set in the script; the test reads it as "
+                                            "empty (the importer does not read the environment)")
+            return [Field("", line)]
         self.warn(f"unset:{name}", f"line {line}: `${name}` is not set in the script (the importer does not read "
                                    "the environment); left as written")
         return [Field(written, line, known=False)]

@@ -182,3 +182,12 @@ def test_a_model_folder_with_config_json_is_not_unknown(tmp_path):
 def test_a_bad_override_is_one_clear_error(capsys):
     assert main(["import", "verl", str(SCRIPTS / "ppo_trainer_run_qwen3_8b_fsdp.sh"), "-s", "nonsense"]) == 1
     assert "-s nonsense: expected a verl override KEY=VALUE" in capsys.readouterr().err
+
+
+def test_a_variable_the_script_does_not_set_is_empty_in_a_test_and_left_as_written_in_a_value():
+    launch = read_launch(b"""if [ -z "$CKPT" ]; then MODE=fresh; else MODE=resume; fi
+python3 -m verl.trainer.main_ppo a.mode=$MODE a.path=$DATA/x.parquet
+""", "run.sh")
+    assert [(s.key, s.value) for s in launch.settings] == [("a.mode", "fresh"), ("a.path", "$DATA/x.parquet")]
+    assert any("`$CKPT` is not set in the script; the test reads it as empty" in w for w in launch.warnings)
+    assert any(w.startswith("line 2: `$DATA` is not set") for w in launch.warnings)
