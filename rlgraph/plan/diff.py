@@ -35,7 +35,7 @@ RESUME_SAFE = frozenset({
 # steps AdamW on the CPU: the same update, though not bit for bit the device kernel's rounding.)
 RESUME_SAFE_ROLE_FIELDS = frozenset({"param_offload", "optimizer_offload"})
 # Reward fields (`rewards.<name>.<field>`) that change how fast rows are scored, not their scores.
-RESUME_SAFE_REWARD_FIELDS = frozenset({"workers"})
+RESUME_SAFE_REWARD_FIELDS = frozenset({"workers", "concurrency", "rows_per_request"})  # a service's too
 
 # Plan fields that describe the plan rather than what it trains: the spec's path (the same spec run from
 # the copy in the run directory), findings and estimates, and the schedule (derived from the calls).

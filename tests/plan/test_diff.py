@@ -145,6 +145,24 @@ def test_offload_settings_are_resume_safe_where_they_move_state_not_the_math(ppo
         ("actor.optimizer_offload", True), ("critic.optimizer_offload", True), ("ref.param_offload", True)]
 
 
+def test_a_reward_service_s_concurrency_and_request_size_are_resume_safe_its_address_and_retries_are_not(tmp_path):
+    spec = tmp_path / "service.rl"
+    spec.write_text((REPO / "specs" / "common" / "arith_base.rl").read_text().replace(
+        'fn = "rlgraph.tasks.arith:exact_match"', 'url = "http://127.0.0.1:8000/score"') + "\n" +
+        (REPO / "specs" / "grpo_arith.rl").read_text().split('include "common/arith_base.rl"')[1])
+
+    def planned(*overrides: str) -> dict:
+        plan, diagnostics = plan_spec(compile_spec(str(spec), list(overrides)))
+        assert plan.ok, [d.to_json() for d in diagnostics]
+        return json.loads(plan.to_json())
+
+    changed = planned("exact.concurrency=2", "exact.rows_per_request=16", "exact.retries=0",
+                      'exact.url="http://127.0.0.1:8001/score"')
+    assert sorted((c.key, c.resume_safe) for c in diff_plans(planned(), changed)) == [
+        ("rewards.exact.concurrency", True), ("rewards.exact.retries", False),
+        ("rewards.exact.rows_per_request", True), ("rewards.exact.url", False)]
+
+
 def test_loggers_and_reward_workers_are_resume_safe_they_change_where_metrics_go_and_how_fast_rows_score():
     old = plan_dict("grpo_arith.rl")
     new = plan_dict("grpo_arith.rl", "train.loggers=[console, tensorboard]", "exact.workers=8")
