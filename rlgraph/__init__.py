@@ -16,6 +16,10 @@ __all__ = ["STOP", "Diagnostic", "Spec", "SpecError", "compile", "load", "run"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "Diagnostic":
+        from rlgraph.diagnostics import Diagnostic
+
+        return Diagnostic
     if name in __all__:
         from rlgraph import api
 

@@ -20,15 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Callable, Union
 
-from rlgraph.compiler import Compilation, compile_spec
-from rlgraph.compiler.passes.runtime_support import refusal
-from rlgraph.diagnostics import Diagnostic, has_errors, render
-from rlgraph.plan.build import plan_spec
-from rlgraph.plan.model import Plan
 from rlgraph.runtime.signals import STOP
-from rlgraph.spec.edit import value_text
 
+# The compiler, the plan and the runtime load when a call needs them: `rlgraph run` imports this module before
+# it checks the run directory's lock, and a run refused for a busy directory should exit at once.
 if TYPE_CHECKING:
+    from rlgraph.compiler import Compilation
+    from rlgraph.diagnostics import Diagnostic
+    from rlgraph.plan.model import Plan
     from rlgraph.runtime.console import RunConsole
     from rlgraph.runtime.loop import RunResult
     from rlgraph.runtime.signals import StopRequest
@@ -55,6 +54,8 @@ class SpecError(ValueError):
 def override_args(overrides: Overrides) -> list[str]:
     """The `-s KEY=VALUE` strings of `overrides`: a mapping's values are written as a spec writes them
     ({"train.steps": 5, "main.memory": "80GiB", "data.train": "my.parquet"}); strings pass as they are."""
+    from rlgraph.spec.edit import value_text
+
     if overrides is None:
         return []
     if isinstance(overrides, Mapping):
@@ -84,7 +85,7 @@ class Spec:
 
     @property
     def ok(self) -> bool:
-        return self.compilation.ok and not has_errors(self.diagnostics)
+        return self.compilation.ok and not any(d.is_error for d in self.diagnostics)
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -100,6 +101,8 @@ class Spec:
 
     def render(self, fmt: str = "full") -> str:
         """The diagnostics as `rlgraph check --format` prints them: full, concise or json."""
+        from rlgraph.diagnostics import render
+
         return render(self.diagnostics, self.sources, fmt)
 
     def raise_for_errors(self) -> Spec:
@@ -114,6 +117,9 @@ def compile(path: str | Path | None = None, *, text: str | None = None, name: st
     """Compile and plan a spec file, or `text` standing for the file `name` (default spec.rl in the working
     directory: includes and data paths resolve beside it). A spec with errors raises nothing: see `.ok`,
     `.diagnostics`, `.raise_for_errors()`."""
+    from rlgraph.compiler import compile_spec
+    from rlgraph.plan.build import plan_spec
+
     if (path is None) == (text is None):
         raise TypeError("compile: give a spec file or text=, one of them")
     if path is not None and name is not None:
@@ -134,6 +140,8 @@ def default_run_dir(file: str) -> Path:
 def cannot_run(spec: Spec) -> str:
     """Why `run` does not start `spec`, as the line that ends its report; empty when it starts. Warnings
     `check` gives (the spec may be for another runtime) refuse a run here (runtime_support.refusal)."""
+    from rlgraph.compiler.passes.runtime_support import refusal
+
     if not spec.ok:
         return _errors_line(spec.errors, "; nothing was started")
     return refusal(spec.diagnostics)
@@ -179,6 +187,7 @@ def run(target: Spec | Plan, run_dir: str | Path | None = None, *, address: str 
     (rlgraph.runtime) for what stops a run, signals.Stopped on SIGTERM or Ctrl-C (after the step, checkpointed)."""
     from rich.console import Console
 
+    from rlgraph.plan.model import Plan
     from rlgraph.runtime import history
     from rlgraph.runtime.console import RunConsole
     from rlgraph.runtime.lock import RunDirLock
