@@ -339,6 +339,10 @@ class _Importer:
         self.kl_in_reward = cfg.bool("algorithm.use_kl_in_reward", False)
         self.has_ref = self.kl_loss or self.kl_in_reward
         self.has_critic = estimator == "gae"
+        if self.has_critic and cfg.has("critic.enable") and cfg.bool("critic.enable", True) is False:
+            cfg.errors.append(f"{where(cfg.values['critic.enable'])}: critic.enable=False with adv_estimator=gae: GAE "
+                              "needs a critic's values, and verl builds no critic with critic.enable=False "
+                              "(verl/trainer/ppo/utils.py need_critic)")
         if cfg.bool("critic.enable", False) and not self.has_critic:
             self._note("top", "critic.enable", f"verl builds and trains this critic, but adv_estimator={estimator} "
                        "does not read its values; the spec has no critic, so its memory and time are not in the plan",

@@ -151,6 +151,11 @@ def test_a_critic_verl_trains_but_grpo_does_not_read_is_a_warning():
     assert any("critic.enable=True is not mapped: verl builds and trains this critic" in w for w in warnings)
 
 
+def test_gae_without_the_critic_verl_would_build_is_refused():
+    with pytest.raises(ImportProblem, match="critic.enable=False with adv_estimator=gae: GAE needs a critic"):
+        import_verl_text(b"python3 -m verl.trainer.main_ppo critic.enable=False\n", "run.sh")
+
+
 def test_verls_renamed_reward_keys_give_the_overlong_penalty():
     text, warnings = _spec("+reward.reward_kwargs.overlong_buffer_cfg.enable=True "
                            "+reward.reward_kwargs.overlong_buffer_cfg.len=512 "
