@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import torch
+
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.reward import RewardScores, scores_of
 from rlgraph.workers.reward_process import RewardFunctionError, shown, take_score
@@ -111,7 +113,8 @@ class RewardService:
             self._client.close()
             self._client = None
 
-    def score(self, rollout: Rollout) -> Any:
+    def score(self, rollout: Rollout) -> torch.Tensor:
+        """(batch, R) float32 with each row's score at its `reward_index`, as RuleReward.score."""
         return self.score_rows(rollout).token_level_scores
 
     def score_rows(self, rollout: Rollout) -> RewardScores:

@@ -1,10 +1,13 @@
 """Declared rewards: a function (`fn`) or a service (`url`), one of them, with only its own kind's keys and an
 http(s) address; a spec whose reward is a service plans, the reward on the driver with no device of its own."""
 
+import json
+
 import pytest
 
 from rlgraph.diagnostics.render import render_concise
 from rlgraph.plan.build import plan_spec
+from rlgraph.plan.model import Plan
 
 from .helpers import compile_text, found, line_of, only, spec
 
@@ -32,6 +35,8 @@ def test_a_service_reward_checks_and_plans_on_the_driver_with_its_settings(tmp_p
             guards.timeout_s, guards.max_invalid_fraction) == (URL, 4, 5, 0.1, 16, 2.0, 0.25)
     assert {p.role for p in plan.placements} == {"actor", "rollout"}  # the reward takes no device
     assert plan.call("exact").kind == "reward"
+    again = Plan.from_dict(json.loads(plan.to_json()))  # a run can start from plan.json
+    assert again.rewards == plan.rewards and again.reward_settings == plan.reward_settings
 
 
 def test_a_function_reward_gets_no_url_in_its_settings(tmp_path):
