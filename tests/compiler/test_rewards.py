@@ -48,11 +48,11 @@ def test_fn_and_url_together_are_one_error_at_the_url_with_a_fix(tmp_path):
     text = with_reward(f'reward exact {{ fn = "rlgraph.tasks.arith:exact_match"  url = "{URL}" }}')
     result = compile_text(tmp_path, text)
     d = only(result, "conflicting-keys")
-    assert (d.span.line, d.span.column) == (line_of(text, "reward exact"), text.splitlines()[d.span.line - 1].index(
-        f'"{URL}"') + 1)
-    assert d.message == "reward `exact` sets both `fn` and `url`"
-    assert "keep one" in d.hints[0]
-    assert render_concise([d]).startswith(f"{tmp_path / 'spec.rl'}:{d.span.line}:{d.span.column}: error[conflicting-keys]")
+    line = line_of(text, "reward exact")
+    column = text.splitlines()[line - 1].index(f'"{URL}"') + 1  # the url's value
+    assert (d.span.line, d.span.column) == (line, column)
+    assert d.message == "reward `exact` sets both `fn` and `url`" and "keep one" in d.hints[0]
+    assert render_concise([d]).startswith(f"{tmp_path / 'spec.rl'}:{line}:{column}: error[conflicting-keys]")
 
 
 def test_a_service_over_an_included_function_reward_says_where_fn_came_from(tmp_path):
