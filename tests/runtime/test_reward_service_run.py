@@ -50,7 +50,7 @@ def test_a_run_scored_by_a_flaky_service_learns_as_the_function_does_and_stops_n
                             f"train.steps={STEPS + 1}", *overrides)
     assert code == 1, out
     assert f"reward `exact` failed in step {STEPS + 1}: reward service {server.url}: " in out
-    assert "ConnectError" in out or "RemoteProtocolError" in out
+    assert "(after 2 retries)" in out  # refused or dropped (the order of the service's end and a retry is the OS's)
     assert_clean(out)
 
     runs = {name: [row for row in read_metrics(tmp_path / name) if "actor/pg_loss" in row]
