@@ -231,17 +231,21 @@ class Shell:
         return True  # heredoc bodies, comments, ...
 
     def list(self, node: Node) -> bool | None:
+        """`a && b || c`: an unknown status is assumed false for a test (`[ -f x ]`), success for a command
+        (`python3 prepare.py`), as in an `if`; either way a warning names the line."""
         children = node.children
         status = self.statement(children[0])
+        if status is None:
+            test = children[0].type in ("test_command", "negated_command")
+            status = not test
+            self.warn(f"list:{_line(node)}", f"line {_line(node)}: `{_short(children[0])}` cannot be known "
+                                             f"statically; assumed {'true' if status else 'false'}")
         i = 1
         while i + 1 < len(children):
             operator, right = children[i].type, children[i + 1]
-            if operator == "&&" and status is not False or operator == "||" and status is False:
+            if operator == "&&" and status or operator == "||" and not status:
                 status = self.statement(right)
-            elif status is None:
-                self.warn(f"list:{_line(node)}", f"line {_line(node)}: `{_text(children[0]).strip()}` cannot be "
-                                                 f"known statically; assumed {'false' if operator == '&&' else 'true'}"
-                                                 f" (skipped `{_short(right)}`)")
+                status = True if status is None else status
             i += 2
         return status
 

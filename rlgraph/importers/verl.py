@@ -419,7 +419,7 @@ class _Importer:
                                    "reward_model.nnodes"))
         device = cfg.str("trainer.device", "cuda")
         if device not in ("cuda", "cpu"):
-            self._note("top", "trainer.device", f"rlgraph's pools are cpu or gpu; imported as gpu", warn=True)
+            self._note("top", "trainer.device", "rlgraph's pools are cpu or gpu; imported as gpu", warn=True)
 
     def _pool(self, name: str, nodes: int, per_node: int, source: str) -> None:
         block = _Block(f"pool {name}", one_line=False)

@@ -9,7 +9,7 @@ import pytest
 
 from rlgraph.cli import main
 from rlgraph.commands.import_verl import import_verl_text
-from rlgraph.importers.launch import LaunchError, read_launch
+from rlgraph.importers.launch import read_launch
 from rlgraph.importers.verl import ImportProblem
 from rlgraph.spec.formatter import format_text
 
@@ -167,7 +167,8 @@ def test_verls_renamed_reward_keys_give_the_overlong_penalty():
 
 
 def test_an_import_overridden_to_cpu_says_what_gpu_only_settings_it_changed(tmp_path):
-    text, warnings = _spec("actor_rollout_ref.actor.use_kl_loss=True actor_rollout_ref.ref.fsdp_config.param_offload=True",
+    text, warnings = _spec("actor_rollout_ref.actor.use_kl_loss=True "
+                           "actor_rollout_ref.ref.fsdp_config.param_offload=True",
                            ["trainer.device=cpu", "trainer.n_gpus_per_node=1"])
     assert "device = cpu" in text and "dtype = bf16" not in text and "dtype = fp32" in text
     changed = {w.split(": ", 2)[1].split(" = ")[0] for w in warnings if w.startswith("trainer.device=cpu")}
@@ -196,3 +197,13 @@ python3 -m verl.trainer.main_ppo a.mode=$MODE a.path=$DATA/x.parquet
     assert [(s.key, s.value) for s in launch.settings] == [("a.mode", "fresh"), ("a.path", "$DATA/x.parquet")]
     assert any("`$CKPT` is not set in the script; the test reads it as empty" in w for w in launch.warnings)
     assert any(w.startswith("line 2: `$DATA` is not set") for w in launch.warnings)
+
+
+def test_in_a_list_an_unknown_test_is_false_and_a_command_succeeds_each_said():
+    launch = read_launch(b"""X=1
+[ -f /data/x ] && X=2
+python3 prepare.py && python3 -m verl.trainer.main_ppo a.x=$X
+""", "run.sh")
+    assert [s.value for s in launch.settings] == [1]
+    assert "line 2: `[ -f /data/x ]` cannot be known statically; assumed false" in launch.warnings
+    assert "line 3: `python3 prepare.py` cannot be known statically; assumed true" in launch.warnings
