@@ -4,6 +4,7 @@ Shapes are (batch, response_len) unless a docstring says otherwise; masks are 1 
 """
 
 from rlgraph.algos.advantages import (
+    distill_advantage,
     gae,
     grpo_advantage,
     reinforce_pp_advantage,
@@ -35,6 +36,7 @@ __all__ = [
     "agg_loss",
     "apply_kl_penalty",
     "cispo_policy_loss",
+    "distill_advantage",
     "entropy_from_logits",
     "entropy_loss",
     "gae",

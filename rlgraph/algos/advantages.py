@@ -184,3 +184,34 @@ def remax_advantage(
     returns = rewards.flip(-1).cumsum(-1).flip(-1)  # (batch, response_len)
     advantages = returns - zero_masked(reward_baselines.unsqueeze(-1).expand_as(returns), response_mask)
     return advantages, returns
+
+
+@torch.no_grad()
+def distill_advantage(
+    log_prob: torch.Tensor,
+    teacher_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    coef: float = 1.0,
+    gamma: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """On-policy distillation: each sampled token's advantage is the teacher's log-probability of it minus the
+    student's, the negative of a one-sample estimate of the per-token reverse KL(student || teacher).
+
+    A policy-gradient update on it lowers the reverse KL on the student's own samples (as in the on-policy
+    distillation recipes of Agarwal et al. 2024 (GKD, its reverse-KL case) and Thinking Machines' Tinker): a
+    token the teacher finds likelier than the student is pushed up, one it finds unlikely is pushed down, with
+    no reward needed. `gamma` 0 scores each token alone (the recipes' default); above 0, a token's advantage
+    also counts the discounted advantages of the tokens after it. Returns (advantages, returns = advantages).
+    """
+    per_token = zero_masked(coef * (teacher_log_prob.float() - log_prob.float()), response_mask)
+    if gamma == 0.0:
+        return per_token, per_token
+    mask = response_mask.bool()
+    advantages = torch.zeros_like(per_token)
+    running = torch.zeros_like(per_token[:, 0])
+    for t in reversed(range(per_token.shape[1])):
+        # a masked token (an environment's reply) is skipped: the running sum carries over it, as in gae
+        running = torch.where(mask[:, t], per_token[:, t] + gamma * running, running)
+        advantages[:, t] = running
+    advantages = zero_masked(advantages, response_mask)
+    return advantages, advantages

@@ -6,6 +6,7 @@ import difflib
 from collections.abc import Callable, Mapping
 
 from rlgraph.algos.advantages import (
+    distill_advantage,
     gae,
     grpo_advantage,
     reinforce_pp_advantage,
@@ -22,6 +23,7 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable] = {
     "reinforce_pp_advantage": reinforce_pp_advantage,
     "reinforce_pp_baseline_advantage": reinforce_pp_baseline_advantage,
     "remax_advantage": remax_advantage,
+    "distill_advantage": distill_advantage,
 }
 
 POLICY_LOSSES: dict[str, Callable] = {

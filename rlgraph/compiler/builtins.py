@@ -151,6 +151,14 @@ TRANSFORMS: dict[str, Signature] = {
         "remax_advantage", "reward-to-go minus the reward of a baseline answer to the same prompt (ReMax: the greedy "
         "one; verl: algorithm.adv_estimator = remax)",
         (Port("rewards", _TOKEN), Port("baselines", _TOKEN)), _ADV_OUT, min_outputs=1),
+    "distill_advantage": Signature(
+        "distill_advantage", "on-policy distillation: each sampled token's advantage is the teacher's log-prob of it "
+        "minus the student's (the negative per-token reverse KL), from a `ref` role holding the teacher's model",
+        (Port("log_prob", _TOKEN), Port("teacher_log_prob", _TOKEN)), _ADV_OUT, {
+            "coef": Key(Float(min=0.0, min_exclusive=True), "scale of the advantage", 1.0),
+            "gamma": Key(Float(0.0, 1.0), "discount of the later tokens' advantages added to a token's (0: each "
+                         "token alone, as the distillation recipes do)", 0.0),
+        }, min_outputs=1),
     "overlong_penalty": Signature(
         "overlong_penalty", "DAPO's overlong reward shaping: a response within `buffer` tokens of max_new_tokens "
         "loses up to `penalty_factor`, linearly in its length (verl: reward_model.overlong_buffer)",

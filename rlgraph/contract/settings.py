@@ -248,6 +248,14 @@ class ReinforcePPSettings:
 
 
 @dataclass(frozen=True)
+class DistillSettings:
+    """On-policy distillation's advantage (rlgraph.algos.distill_advantage)."""
+
+    coef: float
+    gamma: float
+
+
+@dataclass(frozen=True)
 class OverlongPenaltySettings:
     """DAPO's overlong reward shaping (verl: reward_model.overlong_buffer): a response longer than
     max_new_tokens - buffer loses penalty_factor x (its excess / buffer), down to -penalty_factor."""
@@ -321,6 +329,7 @@ TRANSFORM_SETTINGS: dict[str, type] = {
     "reinforce_pp_advantage": ReinforcePPSettings,
     "reinforce_pp_baseline_advantage": GroupBaselineSettings,
     "remax_advantage": NoSettings,
+    "distill_advantage": DistillSettings,
     "overlong_penalty": OverlongPenaltySettings,
     "filter_groups": FilterGroupsSettings,
 }

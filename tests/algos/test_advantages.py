@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from rlgraph.algos import (
+    distill_advantage,
     gae,
     grpo_advantage,
     reinforce_pp_advantage,
@@ -278,3 +279,37 @@ def test_estimators_do_not_track_gradients(name):
     rewards, values, mask, labels = batch(1)
     outputs = ALL_ESTIMATORS[name](rewards.requires_grad_(), values.requires_grad_(), mask, labels)
     assert not any(out.requires_grad for out in outputs)
+
+
+# --- on-policy distillation ---
+
+
+def ref_distill(student, teacher, m, coef, gamma):
+    advantages = []
+    for s_row, t_row, m_row in zip(student, teacher, m):
+        row, running = [0.0] * len(s_row), 0.0
+        for t in reversed(range(len(s_row))):
+            if m_row[t]:  # a masked token is skipped: the running sum carries over it
+                running = coef * (t_row[t] - s_row[t]) + gamma * running
+                row[t] = running
+        advantages.append(row)
+    return advantages
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("gamma", [0.0, 0.9])
+@pytest.mark.parametrize("scattered", [False, True])
+def test_distill_advantage_is_the_teachers_log_prob_minus_the_students(seed, gamma, scattered):
+    _, _, mask, _ = batch(seed, scattered)
+    gen = torch.Generator().manual_seed(seed + 1)
+    student, teacher = -torch.rand(BATCH, RESPONSE_LEN, generator=gen) * 5, -torch.rand(BATCH, RESPONSE_LEN, generator=gen) * 5
+    advantages, returns = distill_advantage(student, teacher, mask, coef=0.5, gamma=gamma)
+    assert_close(advantages, ref_distill(rows(student), rows(teacher), rows(mask), 0.5, gamma))
+    assert torch.equal(returns, advantages)
+    assert not advantages[~mask.bool()].any()
+
+
+def test_a_student_equal_to_its_teacher_gets_no_advantage():
+    _, _, mask, _ = batch(0)
+    log_prob = -torch.rand(BATCH, RESPONSE_LEN, generator=torch.Generator().manual_seed(3))
+    assert not distill_advantage(log_prob, log_prob.clone(), mask)[0].any()

@@ -14,6 +14,7 @@ def test_registries_name_the_public_functions():
         "reinforce_pp_advantage",
         "reinforce_pp_baseline_advantage",
         "remax_advantage",
+        "distill_advantage",
     }
     for name, fn in ADVANTAGE_ESTIMATORS.items():
         assert get_advantage_estimator(name) is fn is getattr(algos, name)
@@ -51,7 +52,7 @@ def test_unknown_estimator_suggests_close_names(typo, suggestion):
         get_advantage_estimator(typo)
     message = str(excinfo.value)
     assert f"unknown advantage estimator {typo!r}" in message
-    assert "known: gae," in message
+    assert "known: distill_advantage, gae," in message
     if suggestion:
         assert f"did you mean {suggestion!r}" in message
     else:

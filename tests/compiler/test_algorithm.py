@@ -98,6 +98,38 @@ def test_kl_penalty_on_the_rollouts_kept_log_probs_says_why_not_and_what_to_pass
     assert "`actor.update` accepts kept log-probs" in d.hints[0]
 
 
+DISTILL_STEP = """\
+  prompts -> rollout.generate -> responses
+  responses -> actor.log_prob -> old_log_prob
+  responses -> ref.log_prob -> teacher_log_prob
+  old_log_prob, teacher_log_prob -> distill_advantage -> advantages
+  old_log_prob, advantages -> actor.update"""
+TEACHER = "\nrole ref { model = policy  colocate = actor }"
+
+
+def test_distillation_from_a_ref_role_teacher_is_fine(tmp_path):
+    assert found(compile_text(tmp_path, spec(DISTILL_STEP, ACTOR_ONLY + TEACHER))) == []
+
+
+def test_distillation_needs_its_teacher_from_a_ref_role_and_says_how_to_declare_one(tmp_path):
+    step = DISTILL_STEP.replace("responses -> ref.log_prob -> teacher_log_prob",
+                                "responses -> actor.log_prob -> teacher_log_prob")
+    d = only(compile_text(tmp_path, spec(step)), "algorithm")
+    assert d.message == ("`distill_advantage` needs the log-probs of a teacher (a `ref` role) as `teacher_log_prob`, "
+                         "but `teacher_log_prob` comes from `actor.log_prob`")
+    assert d.hints[0].startswith("declare the teacher as a frozen role, e.g. `role teacher { kind = ref  model = "
+                                 "TEACHER_MODEL  colocate = actor }`")
+
+
+def test_distillation_on_the_rollouts_kept_log_probs_says_why_not(tmp_path):
+    step = (DISTILL_STEP.replace("prompts -> rollout.generate -> responses", "prompts -> rollout.generate -> responses, kept")
+            .replace("old_log_prob, teacher_log_prob -> distill", "kept, teacher_log_prob -> distill"))
+    d = only(compile_text(tmp_path, spec(step, ACTOR_ONLY + TEACHER)), "algorithm")
+    assert "`kept` comes from `rollout.generate`" in d.message
+    assert "the teacher's log-probs come from the trainer's forward pass" in d.hints[0]
+    assert "where the student equals the teacher" in d.hints[0]
+
+
 def test_one_advantage_estimator_per_step(tmp_path):
     text = spec(GRPO_STEP + "\n  scores -> rloo_advantage -> rloo_adv")
     result = compile_text(tmp_path, text)

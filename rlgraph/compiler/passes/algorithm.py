@@ -26,6 +26,8 @@ def algorithm(program: Program, graph: StepGraph) -> list[Diagnostic]:
             out += _group_size(program, graph, node)
         if node.target == "kl_penalty":
             out += _kl_inputs(program, graph, node)
+        if node.target == "distill_advantage":
+            out += _distill_inputs(program, graph, node)
     return out + _one_estimator(graph) + _syncs(program, graph) + _missing_syncs(program, graph)
 
 
@@ -90,6 +92,25 @@ def _kl_inputs(program: Program, graph: StepGraph, node: CallNode) -> list[Diagn
             + expect_producer(graph, node, "log_prob", "the log-probs of an actor", is_call("actor", "log_prob"),
                               f"pass the output of `responses -> {actor}.log_prob -> old_log_prob`"
                               + _WHY_NOT_KEPT * _from_generate(graph, node.input("log_prob"))))
+
+
+def _distill_inputs(program: Program, graph: StepGraph, node: CallNode) -> list[Diagnostic]:
+    """The teacher is a `ref` role (a frozen model scored by the trainer's forward pass, as a reference policy
+    is); the student's log-probs are the actor's, for the same reason as kl_penalty's."""
+    refs = [r.name for r in program.roles.values() if r.kind == "ref"]
+    actors = [r for r in program.roles.values() if r.kind == "actor"]
+    actor = actors[0].name if actors else "actor"
+    teacher_hint = (f"pass the output of `responses -> {refs[0]}.log_prob -> teacher_log_prob`" if refs else
+                    f"declare the teacher as a frozen role, e.g. `role teacher {{ kind = ref  model = TEACHER_MODEL  "
+                    f"colocate = {actor} }}`, and pass the output of `responses -> teacher.log_prob -> "
+                    "teacher_log_prob`")
+    return (expect_producer(graph, node, "teacher_log_prob", "the log-probs of a teacher (a `ref` role)",
+                            is_call("ref", "log_prob"), teacher_hint)
+            + expect_producer(graph, node, "log_prob", "the log-probs of an actor", is_call("actor", "log_prob"),
+                              f"pass the output of `responses -> {actor}.log_prob -> old_log_prob`"
+                              + _WHY_NOT_KEPT.replace("the reference's", "the teacher's").replace(
+                                  "where the policy equals the reference", "where the student equals the teacher")
+                              * _from_generate(graph, node.input("log_prob"))))
 
 
 # `actor.update` takes the rollout's kept log-probs because there they are what they are, the behaviour policy's;
