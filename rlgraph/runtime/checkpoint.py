@@ -19,8 +19,9 @@ The protocol, so that a run killed at any moment resumes from a complete checkpo
 - an old checkpoint is renamed to `.deleting-step_<N>-*` before it is deleted, so a half-deleted folder
   is never a `step_<N>`; `sweep` removes such leftovers (and abandoned tmp folders) when a run starts;
 - a resume verifies the newest checkpoint against its manifest before any worker starts
-  (`resume_checkpoint`); a damaged one is set aside as `step_<N>.corrupt` with a warning and the one
-  before it is used.
+  (`resume_checkpoint`); a damaged one, or one without a manifest, is set aside as `step_<N>.corrupt` with
+  a warning and the one before it is used; a file that still fails to load in a worker is a CheckpointError
+  naming it (`unreadable`).
 
 Every read or write error is a CheckpointError naming the file and the cause (disk full named as such).
 """
@@ -78,7 +79,7 @@ class Checkpoint:
         try:
             return torch.load(file, weights_only=True)
         except Exception as err:  # torch reports a cut file as RuntimeError, EOFError or UnpicklingError
-            raise CheckpointError(f"{read_problem(file, err)}; {self._advice()}") from None
+            raise unreadable(file, err) from None
 
     def plan(self) -> dict[str, Any] | None:
         """The plan dict it was trained with; None for a checkpoint written before checkpoints kept it."""
@@ -92,6 +93,52 @@ class Checkpoint:
 
     def _advice(self) -> str:
         return f"delete {self.path} to resume from the checkpoint before it, or pass --no-resume to start over"
+
+
+def containing(path: str | Path) -> Checkpoint | None:
+    """The checkpoint that `path` (one of its files or role folders) belongs to; None for a path outside one."""
+    for folder in (Path(path), *Path(path).parents):
+        match = _STEP_DIR.match(folder.name)
+        if match and folder.parent.name == CHECKPOINTS:
+            return Checkpoint(int(match.group(1)), folder)
+    return None
+
+
+def unreadable(path: str | Path, err: BaseException) -> CheckpointError:
+    """A file or folder of a checkpoint that cannot be read (in the driver or in a worker, which loads the weights
+    and the optimizer state): what is wrong with it, and what to delete."""
+    checkpoint = containing(path)
+    advice = checkpoint._advice() if checkpoint else "pass --no-resume to start over"
+    return CheckpointError(f"{read_problem(Path(path), err)}; {advice}")
+
+
+def damaged_load(path: str | Path, err: BaseException) -> CheckpointError | None:
+    """When a worker fails to build from a checkpoint's model folder because a file of it cannot be read (damaged
+    after the resume verified it: safetensors says "incomplete metadata", torch "PytorchStreamReader failed"),
+    the CheckpointError that names the file and what to delete; None for any other folder or error."""
+    if containing(path) is None or not _reads_badly(err):
+        return None
+    folder = Path(path)
+    weights = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    return unreadable(next((f for f in weights if not _safetensors_readable(f)), folder), err)
+
+
+def _reads_badly(err: BaseException) -> bool:
+    if isinstance(err, OSError):
+        return err.errno != errno.ENOMEM
+    return (isinstance(err, (EOFError, ValueError)) or type(err).__name__ in ("SafetensorError", "UnpicklingError")
+            or "PytorchStreamReader" in str(err))
+
+
+def _safetensors_readable(file: Path) -> bool:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), "pt") as f:
+            f.keys()
+        return True
+    except Exception:
+        return False
 
 
 def process_file_name(process: str) -> str:
@@ -272,6 +319,8 @@ def verify(checkpoint: Checkpoint) -> str | None:
     """None when every file its manifest lists is there with its size and sha256; else what is wrong,
     naming the file. Sizes are checked first: a truncated file is found without hashing the rest."""
     manifest_file = checkpoint.path / MANIFEST
+    if not manifest_file.is_file():  # its files cannot be checked: an rlgraph before manifests, or damage
+        return f"{checkpoint.path} has no {MANIFEST}, so its files cannot be verified"
     try:
         files = json.loads(manifest_file.read_text())["files"]
         expected = {name: (int(entry["size"]), str(entry["sha256"])) for name, entry in files.items()}
@@ -297,7 +346,8 @@ def verify(checkpoint: Checkpoint) -> str | None:
 
 
 def resume_checkpoint(run_dir: Path, warn: Callable[[str], None]) -> Checkpoint | None:
-    """The newest complete checkpoint, verified against its manifest before any worker loads it.
+    """The newest complete checkpoint, verified against its manifest before any worker loads it (one without a
+    manifest is not used: nothing says its files are whole).
 
     Each newer one that is damaged is set aside as `step_<N>.corrupt` (kept for a look, never resumed
     from, never pruned) and reported with one `warn` line; raises CheckpointError when there are
@@ -305,10 +355,6 @@ def resume_checkpoint(run_dir: Path, warn: Callable[[str], None]) -> Checkpoint 
     damaged: list[tuple[Checkpoint, str]] = []
     chosen = None
     for candidate in reversed(checkpoints(run_dir)):
-        if not (candidate.path / MANIFEST).is_file():
-            warn(f"{candidate.path} has no {MANIFEST} (written by an older rlgraph): its files are not verified")
-            chosen = candidate
-            break
         problem = verify(candidate)
         if problem is None:
             chosen = candidate
@@ -370,6 +416,8 @@ def read_problem(file: Path, err: BaseException) -> str:
         return f"{file} is missing"
     if code in (errno.EACCES, errno.EPERM):
         return f"permission denied while reading {file}"
+    if code == errno.EINVAL:  # torch's memory-mapped load of a cut file
+        return f"{file} is truncated or corrupt ({os.strerror(code)})"
     if code is not None:
         return f"cannot read {file}: {os.strerror(code)}"
     detail = str(err).strip().split(". ")[0].splitlines()[0][:160] if str(err).strip() else "it ends early"

@@ -82,7 +82,14 @@ class DeviceProcess:
 
         cls = {"policy": workers.PolicyWorker, "critic": workers.CriticWorker,
                "reward_model": workers.RewardModelWorker, "rollout": workers.RolloutWorker}[spec.worker]
-        return cls(spec.model_path, spec.settings, seed=spec.seed)
+        try:
+            return cls(spec.model_path, spec.settings, seed=spec.seed)
+        except Exception as err:  # a checkpoint's file that cannot be read: named, with what to delete
+            from rlgraph.runtime.checkpoint import damaged_load
+
+            if (damaged := damaged_load(spec.model_path, err)) is not None:
+                raise damaged from None
+            raise
 
     def where(self) -> dict[str, Any]:
         """Where this process runs, recorded from inside at setup: the Ray node id and placement group id
@@ -279,6 +286,7 @@ class DeviceProcess:
         every rank its shards (workers/fsdp.py `load_optimizer_state`); the others pass None."""
         import torch
 
+        from rlgraph.runtime.checkpoint import unreadable
         from rlgraph.workers import fsdp
 
         with self._reporting(role, f"loading the optimizer state from {optimizer_file}"):
@@ -286,7 +294,10 @@ class DeviceProcess:
             state = None
             if not getattr(worker, "sharded", False) or fsdp.rank() == 0:
                 # checkpoint files are written whole and renamed, never rewritten in place: the mapping stays valid
-                state = torch.load(optimizer_file, map_location="cpu", mmap=True, weights_only=True)
+                try:
+                    state = torch.load(optimizer_file, map_location="cpu", mmap=True, weights_only=True)
+                except Exception as err:  # damaged after the resume verified it: the file and what to do
+                    raise unreadable(optimizer_file, err) from None
             worker.load_optimizer_state(state)
 
     def rng_state(self) -> dict[str, Any]:
