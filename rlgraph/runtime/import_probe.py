@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 DEADLINE_ENV = "RLGRAPH_IMPORT_TIMEOUT_S"
 DEFAULT_DEADLINE_S = 60.0
 _CHILD_CODE = "from rlgraph.runtime.import_probe import child_main; child_main()"
+_START_S = 60.0  # for the child to start (on a loaded machine, seconds) before its first module
 _STDERR_LINES = 5  # of the child's stderr, shown when it ended early
 
 
@@ -108,6 +109,9 @@ def probe_imports(modules: list[UserModule], deadline: float | None = None) -> N
             outcome, index, file = _follow(proc, progress, deadline)
         if outcome == "done":
             return
+        if index is None and outcome == "timeout":
+            raise PreflightError(f"the process that imports the user's modules first ({sys.executable}) did not start "
+                                 f"within {_START_S + deadline:g} s; is the machine overloaded?")
         module = modules[index] if index is not None else modules[0]
         where = f"{module.what} (fn = {module.ref!r}): importing {file or module.ref}"
         if outcome == "timeout":
@@ -130,7 +134,7 @@ def _follow(proc: subprocess.Popen, progress, deadline: float) -> tuple[str, int
     """("done" | "exited" | "timeout", the index of the module being imported, its file) from the child's
     progress lines: one before each module, and "done" after the last."""
     index, file, buffer = None, None, b""
-    until = time.monotonic() + deadline
+    until = time.monotonic() + _START_S + deadline  # the child's own start-up (Python, rlgraph) is not the module's
     while True:
         left = until - time.monotonic()
         if left <= 0 or not select.select([progress], [], [], left)[0]:
