@@ -1,7 +1,8 @@
 """No traceback, ever: `check` and `fmt` on mangled specs report diagnostics and exit 0 or 1.
 
 Hypothesis mutates the shipped specs (deletes, duplicates and swaps tokens and
-lines, truncates, inserts random bytes, NUL and non-UTF-8) and asserts that
+lines, truncates, inserts random bytes, NUL and non-UTF-8, integer literals past
+Python's 4300 digits, includes of /dev/zero, a FIFO, a 2 GiB file) and asserts that
 
 - `rlgraph check --format json` returns 0 or 1, prints valid JSON, and every
   diagnostic has a file and a 1-based line and column; the full and concise
@@ -45,7 +46,13 @@ SETTINGS = settings(max_examples=int(os.environ.get("RLGRAPH_FUZZ_EXAMPLES", "30
 NASTY = [b"\x00", b"\xff", b"\xc3", b"\xe2\x82", b"\r", b"\t", b"{", b"}", b"[", b"]", b"(", b")", b"=", b"->",
          b",", b".", b'"', b"#", b"\n", b"rlgraph", b"include", b"step", b"sync", b"1e999", b"-0",
          b"99999999999999999999",
-         b"80GiB", b"7B", b"1.5.5", b"role", b"model", b"pool", b"kind", b"colocate", b"actor", b"\\", b"\xef\xbb\xbf"]
+         b"80GiB", b"7B", b"1.5.5", b"role", b"model", b"pool", b"kind", b"colocate", b"actor", b"\\", b"\xef\xbb\xbf",
+         b"9" * 5000, b"1" * 101 + b"GiB", b"0." + b"9" * 5000, b"1e" + b"9" * 5000]
+# Includes a spec from anyone's repo may hold: a device that never ends, a FIFO no one writes (made in `workdir`),
+# a file too large to be a spec, a directory. `check` must answer each with a diagnostic, at once.
+HOSTILE_INCLUDES = [b'include "/dev/zero"\n', b'include "/dev/urandom"\n', b'include "pipe.rl"\n',
+                    b'include "huge.rl"\n', b'include "."\n']
+NASTY += HOSTILE_INCLUDES
 
 
 def _pieces(data: bytes, lines: bool) -> list[bytes]:
@@ -88,6 +95,10 @@ def workdir(tmp_path_factory) -> Path:
     """A copy of specs/ so that mutated specs still find `common/arith_base.rl`."""
     folder = tmp_path_factory.mktemp("fuzz")
     shutil.copytree(ROOT / "specs", folder, dirs_exist_ok=True)
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(folder / "pipe.rl")
+    with open(folder / "huge.rl", "wb") as huge:  # sparse: 2 GiB of zeros that take no disk
+        huge.truncate(2 << 30)
     return folder
 
 
@@ -120,6 +131,16 @@ def test_check_never_raises(workdir, data):
     render_concise(result.diagnostics)
 
 
+@pytest.mark.parametrize("include", HOSTILE_INCLUDES)
+def test_hostile_includes_are_diagnostics_not_hangs(workdir, include):
+    for source in (SOURCES[0], SOURCES[-1]):  # at the top, and after everything else
+        for data in (source.replace(b"\n", b"\n" + include, 1), source + b"\n" + include):
+            (workdir / "hostile.rl").write_bytes(data)
+            code, out = _check(["check", str(workdir / "hostile.rl"), "--format", "json"])
+            assert code == 1
+            assert [d for d in json.loads(out) if d["code"] == "bad-include" and d["line"] >= 2], out
+
+
 @SETTINGS
 @given(data=mutated())
 def test_format_never_raises_and_keeps_meaning(data):
@@ -141,7 +162,7 @@ def test_format_never_raises_and_keeps_meaning(data):
 _PATH = st.lists(st.sampled_from(["train", "steps", "actor", "optim", "lr", "role", "data", "policy", "main", "x", ""]),
                  min_size=0, max_size=4).map(".".join)
 _VALUE = st.one_of(st.sampled_from(["1", "1e-6", "80GiB", "7B", '"s"', "true", "[1, 2]", "[", "cpu", "", "=", "-1",
-                                    "\x00", "{", "1 2", "x.y"]), st.text(max_size=6))
+                                    "\x00", "{", "1 2", "x.y", "9" * 5000, "1e" + "9" * 5000]), st.text(max_size=6))
 
 
 @settings(max_examples=100, deadline=None, derandomize=True, database=None)
