@@ -150,6 +150,7 @@ class Trainer:
         start_step = self.step
         writer = MetricsWriter(self.run_dir, keep_up_to_step=start_step if self.resumed else None,
                                loggers=tuple(self.plan.train.loggers))
+        cut_samples(self.run_dir / SAMPLES_FILE, keep_up_to_step=start_step if self.resumed else None)
         last_val = _last(writer.records, "val/score/mean")
         last_checkpoint = ckpt.latest_checkpoint(self.run_dir)
 
@@ -378,6 +379,28 @@ def write_samples(path: Path, samples: list[dict[str, Any]]) -> None:
         for sample in samples:
             # a ground truth or data source of a user's dataset may be anything: shown as text then
             file.write(json.dumps(sample, ensure_ascii=False, default=str) + "\n")
+
+
+def cut_samples(path: Path, keep_up_to_step: int | None) -> None:
+    """As metrics.jsonl is (MetricsWriter): a resumed run (a recovery too) writes the steps after its checkpoint
+    again, so their earlier rows go; a run from step 0 starts an empty file. A new file renamed over the old."""
+    import json
+    import os
+
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        try:
+            step = json.loads(line).get("step", 0)
+        except (json.JSONDecodeError, AttributeError):  # a line cut short by a crash
+            continue
+        if keep_up_to_step is not None and step <= keep_up_to_step:
+            kept.append(line if line.endswith("\n") else line + "\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    with ckpt.writing(tmp):
+        tmp.write_text("".join(kept), encoding="utf-8")
+        os.replace(tmp, path)
 
 
 def _first(records: list[dict[str, Any]], key: str) -> float | None:
