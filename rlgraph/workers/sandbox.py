@@ -34,9 +34,10 @@ import time
 from dataclasses import dataclass
 
 _STARTED = b"started\n"  # sandbox_child.STARTED
+_CPU_LIMIT_EXIT = 152  # sandbox_child.CPU_LIMIT_EXIT
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
 _STDERR_KEPT = 4096  # bytes of stderr kept for a run's detail
-_GONE_WAIT_S = 2.0  # how long to wait for a killed program's processes to go
+_GONE_WAIT_S = 5.0  # how long to wait for a killed program's processes to go
 
 
 class SandboxError(Exception):
@@ -65,7 +66,7 @@ class Limits:
 @dataclass(frozen=True)
 class Run:
     """How one run ended. `status`: "exited" (by itself; see `returncode`), "timeout" (past `wall_s`),
-    "cpu_limit" (killed by the kernel past `cpu_s`), "killed" (by another signal: a crash), "output_limit"."""
+    "cpu_limit" (ended past `cpu_s`), "killed" (by another signal: a crash), "output_limit"."""
 
     status: str
     returncode: int | None
@@ -133,9 +134,9 @@ def run_python(source: str, *, stdin: str = "", mode: str = "script", fn_name: s
             status, stdout, stderr, result = _collect(proc, os.fdopen(result_read, "rb"), limits)
         finally:
             cpu_s = _kill_group(proc)
-        if status in ("exited", "killed") and proc.returncode != 0 and cpu_s >= 0.95 * limits.cpu_s:
-            # the kernel's SIGKILL at RLIMIT_CPU (unshare reports it as exit code 1); its clock ticks coarsely
-            status = "cpu_limit"
+        if status in ("exited", "killed") and (proc.returncode == _CPU_LIMIT_EXIT or
+                                               proc.returncode != 0 and cpu_s >= limits.cpu_s):
+            status = "cpu_limit"  # the harness's exit at SIGXCPU, or the kernel's SIGKILL a second later
         if status != "exited" or not namespaces():
             _kill_leftovers(workdir)
         if status == "exited" and not result.startswith(_STARTED):

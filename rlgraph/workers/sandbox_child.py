@@ -15,6 +15,7 @@ to `result_fd`; "assert" runs it as a module, then the test code in its namespac
 import json
 import os
 import resource
+import signal
 import sys
 
 # what the guard refuses outright: new processes, signals to other processes, sockets, loading native code
@@ -28,13 +29,18 @@ _PATH_ARGS = {"os.remove": (0,), "os.rename": (0, 1), "os.mkdir": (0,), "os.rmdi
               "os.chflags": (0,), "os.lchmod": (0,), "os.lchown": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
               "os.setxattr": (0,), "os.removexattr": (0,), "shutil.rmtree": (0,), "shutil.copyfile": (1,),
               "shutil.move": (1,)}
+CPU_LIMIT_EXIT = 152  # the exit code past the CPU limit (a shell's 128 + SIGXCPU)
 STARTED = b"started\n"  # first on the result channel: the sandbox itself works (rlgraph/workers/sandbox.py)
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
 def set_limits(limits: dict) -> None:
     for name, value in limits.items():
-        resource.setrlimit(getattr(resource, name), (value, value))
+        # CPU: SIGXCPU at the limit ends the program with CPU_LIMIT_EXIT; the kernel's SIGKILL a second later
+        # ends one that ignores it, or that is inside one long C call
+        hard = value + 1 if name == "RLIMIT_CPU" else value
+        resource.setrlimit(getattr(resource, name), (value, hard))
+    signal.signal(signal.SIGXCPU, lambda signum, frame: os._exit(CPU_LIMIT_EXIT))
 
 
 def install_guard(workdir: str) -> None:
