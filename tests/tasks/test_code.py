@@ -10,7 +10,7 @@ import pytest
 from rlgraph.data.rows import load_rows
 from rlgraph.tasks import DATA_SOURCES, default_compute_score
 from rlgraph.tasks.code import extract_code, parse_tests, passes_all_tests, passes_tests, score_code
-from rlgraph.workers.reward_process import RewardPool
+from rlgraph.workers.reward_process import RewardPool, score_rows
 from rlgraph.workers.sandbox import Limits
 
 ROWS = Path(__file__).parent / "data" / "code_rows.jsonl"
@@ -99,6 +99,10 @@ def test_hostile_answers_score_zero_and_say_why():
     assert bomb["score"] == 0.0 and bomb["crashed"] == 1.0
     exits = score_code(fenced("import sys\nsys.exit(0)\n"), {"asserts": ["assert False"]}, limits=FAST)
     assert exits["score"] == 0.0  # leaving before the asserts run passes none of them
+    # writing on the harness's channel (its fd is in config.json) and leaving: a failed test, not an error
+    forger = fenced("import json, os\nos.write(json.load(open('config.json'))['result_fd'], b'{oops')\nos._exit(0)\n")
+    forged = score_code(forger, {"fn_name": "f", "inputs": [[1]], "outputs": [2]}, limits=FAST)
+    assert forged["score"] == 0.0
 
 
 def test_a_rows_tests_share_its_time_budget():
@@ -121,3 +125,11 @@ def test_a_bad_ground_truth_says_what_is_wrong(truth, message):
     with pytest.raises(ValueError, match="ground_truth") as err:
         parse_tests(truth)
     assert message in str(err.value)
+
+
+def test_a_bad_ground_truth_names_its_row_in_the_reward():
+    # the error RuleReward turns into a message naming the row and its arguments
+    values, error, _ = score_rows(passes_tests, [("apps", RIGHT[1], "[1, 2]", {})])
+    row, what, _, _ = error
+    assert values == [] and row == 0
+    assert what == "ValueError: a code task's ground_truth needs 'inputs' and 'outputs', or 'asserts'; it has list"

@@ -82,7 +82,8 @@ def test_a_fork_bomb_is_stopped_at_its_first_fork(level):
 
 
 def test_processes_that_leave_the_group_die_with_the_program(level):
-    # without a PID namespace, the sweep of the directory's processes finds them; five children (not a bomb: bounded), each in a session of its own, sleeping on after the program exits
+    # five children (not a bomb: bounded), each in a session of its own, sleeping on after the program exits;
+    # without a PID namespace, the sweep of the directory's processes is what finds them
     program = textwrap.dedent("""
         import os, time
         for _ in range(5):
