@@ -168,3 +168,23 @@ def test_loggers_and_reward_workers_are_resume_safe_they_change_where_metrics_go
     new = plan_dict("grpo_arith.rl", "train.loggers=[console, tensorboard]", "exact.workers=8")
     assert sorted((c.render(), c.resume_safe) for c in diff_plans(old, new)) == [
         ("rewards.exact.workers: 4 -> 8", True), ('train.loggers: ["console"] -> ["console", "tensorboard"]', True)]
+
+
+def test_the_failure_budget_and_the_samples_cadence_are_resume_safe(ppo):
+    # after train.max_failures is spent, a resume with a larger budget must not need --accept-changes
+    changed = plan_dict("ppo_arith.rl", "train.max_failures=10", "train.samples_every=1")
+    assert sorted((c.key, c.resume_safe) for c in diff_plans(ppo, changed)) == [
+        ("train.max_failures", True), ("train.samples_every", True)]
+
+
+def test_docs_list_every_change_a_resume_takes_without_the_flag():
+    import re
+
+    from rlgraph.plan.diff import RESUME_SAFE, RESUME_SAFE_REWARD_FIELDS, RESUME_SAFE_ROLE_FIELDS
+
+    text = " ".join((REPO / "docs" / "runtime.md").read_text().split())
+    start = text.index("Only changes that make the run longer")
+    listed = re.findall(r"`([^`]+)`", text[start:text.index("exits 1", start)])
+    keys = RESUME_SAFE | RESUME_SAFE_ROLE_FIELDS | RESUME_SAFE_REWARD_FIELDS
+    missing = [k for k in sorted(keys) if not any(name.split(".")[-1] == k.split(".")[-1] for name in listed)]
+    assert not missing, missing
