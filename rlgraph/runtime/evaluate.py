@@ -217,6 +217,15 @@ def evaluate(model_folder: str, settings: EvalSettings, log: Callable[[str], Non
     finally:
         reward.close()
     metrics = validation_metrics(one_scores, sampled_scores, prefix="")
+    if greedy_rollouts[0].episodes is not None:  # how the greedy answers used the tools, as validation reports it
+        from rlgraph.runtime.metrics import episode_metrics
+        from rlgraph.workers import Rollout
+
+        episodes = episode_metrics(Rollout.concat(greedy_rollouts))
+        env_seconds = episodes.pop("timing_s/env", None)  # a time: with the others in `seconds`
+        metrics |= episodes
+    else:
+        env_seconds = None
     per_prompt = sampled_scores.tolist() if sampled_scores is not None else None
     for k in ks:
         metrics[f"score/pass@{k}"] = pass_at_k(per_prompt, k, settings.pass_score)
@@ -233,7 +242,7 @@ def evaluate(model_folder: str, settings: EvalSettings, log: Callable[[str], Non
         result_rows.append(row)
     done = time.perf_counter()
     seconds = {"load": loaded - started, "generate": generated - loaded, "score": done - generated,
-               "total": done - started}
+               "total": done - started} | ({"env": env_seconds} if env_seconds is not None else {})
     return EvalResult(metrics, len(items), dataset.num_filtered, result_rows, seconds)
 
 
