@@ -106,3 +106,16 @@ def test_load_says_why_there_is_nothing_to_load(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ExportError, match="no checkpoint"):
         rlgraph.load(tmp_path / "empty")
+
+
+def test_a_run_stopped_by_a_signal_says_so_to_a_python_caller():
+    import pickle
+    import signal
+
+    from rlgraph.runtime.signals import Stopped
+
+    stopped = Stopped(signal.SIGINT, 3, Path("runs/x/checkpoints/step_3"))
+    assert str(stopped) == "stopped by Ctrl-C after step 3; checkpointed in runs/x/checkpoints/step_3"
+    again = pickle.loads(pickle.dumps(stopped))
+    assert (again.signum, again.step, again.checkpoint, again.exit_code) == (signal.SIGINT, 3, stopped.checkpoint, 130)
+    assert str(Stopped(signal.SIGTERM, 0, None)).endswith("nothing was trained")

@@ -41,8 +41,13 @@ class Stopped(Exception):
     """The loop stopped on a signal after `step`; `checkpoint` holds that step (None: it had trained none)."""
 
     def __init__(self, signum: int, step: int, checkpoint: Path | None) -> None:
-        super().__init__(signum, step, checkpoint)
+        # the message is what a Python caller (rlgraph.run in a notebook) sees; `rlgraph run` prints its own
+        where = f"checkpointed in {checkpoint}" if checkpoint is not None else "nothing was trained"
+        super().__init__(f"stopped by {NAMES.get(signum, f'signal {signum}')} after step {step}; {where}")
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
+
+    def __reduce__(self) -> tuple:
+        return Stopped, (self.signum, self.step, self.checkpoint)
 
     @property
     def exit_code(self) -> int:
