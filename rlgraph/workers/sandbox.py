@@ -96,7 +96,8 @@ def namespaces() -> tuple[str, ...]:
 
 
 @functools.cache
-def _die_with_parent() -> tuple[str, ...]:
+def parent_death_signal() -> tuple[str, ...]:
+    """The command that makes a program die with the process that started it, or () without `setpriv`."""
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         return ()
@@ -115,7 +116,7 @@ def run_python(source: str, *, stdin: str = "", mode: str = "script", fn_name: s
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": workdir, "TMPDIR": workdir,
                "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
                "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        command = (*_die_with_parent(), *namespaces(), sys.executable, "-I", _CHILD,
+        command = (*parent_death_signal(), *namespaces(), sys.executable, "-I", _CHILD,
                    os.path.join(workdir, "config.json"))
         result_read, result_write = os.pipe()  # the harness's answer, apart from what the program prints
         try:

@@ -21,6 +21,7 @@ import pytest
 from rlgraph.workers import sandbox
 from rlgraph.workers.sandbox import Limits, SandboxError, namespaces, processes_in, run_python
 
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's limits are Linux's")
 # a wall-clock limit far above what a test needs: on a loaded machine a run may take seconds to start
 SMALL = Limits(cpu_s=1, wall_s=30.0, memory_mb=256, output_bytes=64 << 10, file_mb=1)
 UNGUARDED = dataclasses.replace(SMALL, python_guard=False)
@@ -191,6 +192,7 @@ def test_huge_output_is_cut_and_the_program_stopped():
     left_nothing(big_file)
 
 
+@pytest.mark.skipif(not sandbox.parent_death_signal(), reason="no setpriv --pdeathsig here")
 def test_the_program_dies_with_the_process_that_started_it(tmp_path, level):
     # a reward's process killed mid-row (its timeout_s): the program it was running must not run on
     program = "open('running', 'w').close()\nimport time\ntime.sleep(60)\n"
@@ -220,7 +222,7 @@ def wait_until(condition, patience_s: float = 60.0) -> bool:
 
 def test_a_sandbox_that_cannot_start_is_an_error_not_a_failed_program(monkeypatch):
     # scored as a failure, it would give every sample 0 without a word
-    broken = ("sh", "-c", "echo 'unshare: unshare failed: Operation not permitted' >&2; exit 1", "--")
+    broken = ("/bin/sh", "-c", "echo 'unshare: unshare failed: Operation not permitted' >&2; exit 1", "--")
     monkeypatch.setattr(sandbox, "namespaces", lambda: broken)
     with pytest.raises(SandboxError, match="could not start a program .exit code 1.: unshare: unshare failed"):
         run_python("print(1)", limits=SMALL)
