@@ -14,6 +14,22 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
+
+ETA_BOUND_S = 365 * 24 * 3600  # past this an estimate says only that it is long
+
+
+class EtaColumn(TimeRemainingColumn):
+    """rich's estimate from the pace of the last steps: `--` until two steps have been timed, `> 1 year` past the
+    bound (train.steps in the billions would otherwise show an hours count of twenty digits)."""
+
+    def render(self, task: Any) -> Text:
+        remaining = task.time_remaining
+        if task.total is None or remaining is None:
+            return Text("--", style="progress.remaining")
+        if remaining > ETA_BOUND_S:
+            return Text("> 1 year", style="progress.remaining")
+        return super().render(task)
 
 
 class RunConsole:
@@ -92,7 +108,7 @@ class RunConsole:
             TextColumn("val {task.fields[val]}"),
             TimeElapsedColumn(),
             TextColumn("eta"),
-            TimeRemainingColumn(),
+            EtaColumn(),
             console=self.console,
             transient=False,
         )

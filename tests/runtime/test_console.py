@@ -36,3 +36,28 @@ def test_on_a_terminal_the_progress_bar_instead():
 
 def test_a_step_line_leaves_out_what_the_step_has_not():
     assert step_line(3, 10, {"critic/score/mean": 1.0, "actor/entropy": None}) == "step 3/10 | reward 1.000"
+
+
+def _eta(total: int, updates: list[tuple[float, int]]) -> str:
+    """The ETA column's text after `updates` (clock seconds, steps done) on a bar of `total` steps."""
+    from rich.progress import Progress
+
+    from rlgraph.runtime.console import EtaColumn
+
+    now = [0.0]
+    progress = Progress(EtaColumn(), get_time=lambda: now[0], console=Console(file=io.StringIO()))
+    task = progress.add_task("train", total=total, completed=0)
+    for clock, done in updates:
+        now[0] = clock
+        progress.update(task, completed=done)
+    return EtaColumn().render(progress.tasks[0]).plain
+
+
+def test_the_eta_is_dashes_until_two_steps_are_timed_then_their_pace():
+    assert _eta(10, []) == "--"
+    assert _eta(10, [(2.0, 1)]) == "--"
+    assert _eta(10, [(2.0, 1), (4.0, 2)]) == "0:00:16"  # 2 s a step, 8 steps to go
+
+
+def test_an_eta_beyond_any_use_is_bounded_not_a_number_of_twenty_digits():
+    assert _eta(10**22, [(2.0, 1), (4.0, 2)]) == "> 1 year"
