@@ -231,10 +231,13 @@ def write_run_inputs(run_dir: Path, plan_json: str, sources: dict[str, str], roo
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from rlgraph.runtime.disk import writing
+
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    with writing(tmp):  # a full disk: a RunError naming the file and the free space, as for checkpoints
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+        tmp.replace(path)
 
 
 def _errors_line(errors: list[Diagnostic], where: str) -> str:

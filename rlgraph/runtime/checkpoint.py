@@ -35,13 +35,13 @@ import os
 import re
 import shutil
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager
 
 import torch
 
+from rlgraph.runtime import disk
 from rlgraph.runtime.errors import CheckpointError
 
 CHECKPOINTS = "checkpoints"
@@ -384,30 +384,10 @@ def _set_aside(folder: Path) -> Path:
 # --- errors that name the file and the cause ---
 
 
-@contextmanager
-def writing(file: str | Path) -> Iterator[None]:
-    """An I/O error in the block becomes a CheckpointError naming `file` and the cause. Also for errors
-    libraries raise as their own types with the OS error in their text (safetensors: "os error 28")."""
-    try:
-        yield
-    except CheckpointError:
-        raise
-    except Exception as err:
-        code = _errno(err)
-        if code is None:
-            raise
-        raise CheckpointError(write_problem(Path(getattr(err, "filename", None) or file), code, err)) from None
-
-
-def write_problem(file: Path, code: int, err: BaseException) -> str:
-    if code in (errno.ENOSPC, errno.EDQUOT):
-        return f"disk full while writing {file}: free space on {_filesystem(file)} or lower keep_checkpoints"
-    if code in (errno.EACCES, errno.EPERM):
-        return (f"permission denied while writing {file}: make {_existing_parent(file)} writable for this user, "
-                "or pass --output to a folder it can write")
-    if code == errno.EROFS:
-        return f"cannot write {file}: {_filesystem(file)} is mounted read-only; pass --output to a writable folder"
-    return f"cannot write {file}: {os.strerror(code)}"
+def writing(file: str | Path) -> ContextManager[None]:
+    """An I/O error in the block becomes a CheckpointError naming `file` and the cause (rlgraph/runtime/disk.py:
+    every write rlgraph does is handled alike)."""
+    return disk.writing(file, CheckpointError, "or lower keep_checkpoints")
 
 
 def read_problem(file: Path, err: BaseException) -> str:
@@ -424,37 +404,4 @@ def read_problem(file: Path, err: BaseException) -> str:
     return f"{file} is truncated or corrupt ({detail})"
 
 
-_OS_ERROR_TEXT = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
-                  "Permission denied": errno.EACCES, "Read-only file system": errno.EROFS}
-
-
-def _errno(err: BaseException | None) -> int | None:
-    """The OS error behind `err`, also when another error replaced it: torch.save's zip writer, cleaning up
-    after a failed write, raises "unexpected pos" over the OSError that says the disk is full."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, OSError) and err.errno is not None:
-            return err.errno
-        text = str(err)
-        if match := re.search(r"os error (\d+)", text):
-            return int(match.group(1))
-        if code := next((code for phrase, code in _OS_ERROR_TEXT.items() if phrase in text), None):
-            return code
-        err = err.__cause__ or err.__context__
-    return None
-
-
-def _existing_parent(path: Path) -> Path:
-    path = Path(path).absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path if path.is_dir() else path.parent
-
-
-def _filesystem(path: Path) -> Path:
-    """The mount point of the file system that holds `path`."""
-    path = _existing_parent(path)
-    while not os.path.ismount(path) and path != path.parent:
-        path = path.parent
-    return path
+_errno, _existing_parent, _filesystem = disk.os_errno, disk.existing_parent, disk.filesystem

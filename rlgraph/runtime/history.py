@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from rlgraph.plan.diff import Change, diff_plans, plan_hash, render_diff
+from rlgraph.runtime.disk import writing
 from rlgraph.runtime.errors import RunError
 
 if TYPE_CHECKING:
@@ -73,7 +74,8 @@ def record_start(run_dir: Path, plan: dict[str, Any], checkpoint: Checkpoint | N
 
 
 def append(run_dir: Path, entry: dict[str, Any]) -> None:
-    with open(Path(run_dir) / HISTORY_FILE, "a") as f:
+    path = Path(run_dir) / HISTORY_FILE
+    with writing(path), open(path, "a") as f:  # a full disk: a RunError naming the file, not a traceback
         f.write(json.dumps(entry, default=str) + "\n")
 
 

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from rlgraph.runtime.disk import writing
 from rlgraph.runtime.errors import RunError
 
 LOCK_FILE = "run.lock"
@@ -43,8 +44,9 @@ class RunDirLock:
         if self.fd is not None:
             return
         try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            with writing(self.path):  # a full disk: a RunError naming the file and the free space
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as err:
             raise RunError(f"cannot use {self.run_dir} as a run directory: {err.strerror} ({err.filename})") from None
         try:
@@ -55,8 +57,13 @@ class RunDirLock:
             raise RunDirLocked(_refusal(self.run_dir, self.path, holder)) from None
         holder = {"pid": os.getpid(), "host": socket.gethostname(),
                   "started": time.strftime("%Y-%m-%d %H:%M:%S %z"), "argv": sys.argv}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        try:
+            with writing(self.path):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        except RunError:
+            os.close(fd)  # releases the lock: nothing of this run started
+            raise
         self.fd = fd
 
     def release(self) -> None:
