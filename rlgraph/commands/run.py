@@ -82,7 +82,8 @@ def _train(console: Console, file: str, overrides: list[str], plan, run_dir: Pat
               stop=stop, address=address, resume=resume, accept_changes=accept_changes)
     except RunError as err:
         run_console.stop()
-        console.print(f"[bold red]error[/]: {escape(str(err))}", highlight=False, soft_wrap=True)
+        resume = f" Resume with: {again}" if err.resumable else ""
+        console.print(f"[bold red]error[/]: {escape(str(err))}{resume}", highlight=False, soft_wrap=True)
         return EXIT_ERRORS
     except Stopped as stopped:
         run_console.stop()

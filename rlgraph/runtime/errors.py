@@ -10,6 +10,8 @@ from __future__ import annotations
 class RunError(Exception):
     """A run cannot start or cannot go on; the message is for the user."""
 
+    resumable = False  # the run stopped with its checkpoints whole: `rlgraph run` adds the command that resumes it
+
 
 class PreflightError(RunError):
     """Found before any worker starts: a model, a data file or a reward function that cannot be used."""
@@ -49,4 +51,11 @@ class EnvironmentFailedError(RunError):
 
 class ProcessDiedError(RunError):
     """A worker process died (killed for memory, a crash in native code) rather than raising."""
+
+
+class FailuresSpentError(ProcessDiedError):
+    """A worker process died after the run had made the recoveries train.max_failures allows: it stops, and a
+    resume goes on from its last checkpoint."""
+
+    resumable = True
 

@@ -22,7 +22,7 @@ from rich.markup import escape
 from rlgraph.plan.model import Plan
 from rlgraph.runtime.cluster import ray_cluster
 from rlgraph.runtime.console import RunConsole
-from rlgraph.runtime.errors import ProcessDiedError, RunError
+from rlgraph.runtime.errors import FailuresSpentError, ProcessDiedError, RunError
 from rlgraph.runtime.signals import StopRequest
 
 if TYPE_CHECKING:
@@ -155,8 +155,10 @@ def run_plan(
                 startup["startup_s/total"] = time.perf_counter() - started
                 return trainer.fit(started, startup, stop=stop, on_step=on_step)
             except ProcessDiedError as err:
-                if not running or recoveries >= plan.train.max_failures:
+                if not running:
                     raise
+                if recoveries >= plan.train.max_failures:
+                    raise _failures_spent(err, recoveries, plan.train.max_failures, ckpt.latest_checkpoint(run_dir)) from None
                 recoveries += 1
                 console.stop()
                 lowered.shutdown()  # every process and placement group of the run, the dead one's peers too
@@ -170,6 +172,16 @@ def run_plan(
             finally:
                 console.stop()
                 lowered.shutdown()
+
+
+def _failures_spent(err: ProcessDiedError, recoveries: int, budget: int, latest: Checkpoint | None) -> FailuresSpentError:
+    """The death after the last recovery train.max_failures allows: what died, that the budget is spent, and where a
+    resume goes on from (`rlgraph run` prints the command)."""
+    where = f"its last complete checkpoint is step {latest.step} ({latest.path})" if latest else "it has no checkpoint yet"
+    return FailuresSpentError(
+        f"{err} The failure budget is spent (train.max_failures = {budget}; {recoveries} recover"
+        f"{'y' if recoveries == 1 else 'ies'} made), so the run stops; {where}. A resume goes on from there with the "
+        "budget anew; raise train.max_failures to allow more (a resume takes that change without --accept-changes).")
 
 
 def _model_paths(plan: Plan, prepared: Prepared, resume_from: Checkpoint | None) -> dict[str, str]:

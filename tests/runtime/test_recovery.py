@@ -94,3 +94,7 @@ def test_max_failures_zero_stops_at_the_first_death(run_cli, tmp_path):
     killer.join(timeout=5)
     assert killed and code == 1
     assert "a worker process died" in text and "recovering" not in text
+    text = " ".join(text.split())
+    assert "The failure budget is spent (train.max_failures = 0; 0 recoveries made), so the run stops" in text
+    assert (f"Resume with: rlgraph run specs/grpo_arith.rl -s train.steps=40 -s train.max_failures=0 "
+            f"-s train.validate_every=0 -s data.batch_size=16 -s rollout.max_new_tokens=4 --output {out}") in text
