@@ -99,7 +99,7 @@ def test_processes_that_leave_the_group_die_with_the_program(level):
     left_nothing(run)
 
 
-def test_an_infinite_loop_meets_the_cpu_limit_and_a_sleeper_the_wall_clock(level):
+def test_an_infinite_loop_meets_the_cpu_limit_and_a_sleeper_the_wall_clock():
     spin = run_python("while True:\n    pass\n", limits=Limits(cpu_s=1, wall_s=60.0))  # only the CPU limit ends it
     assert spin.status == "cpu_limit"
     left_nothing(spin)
