@@ -350,8 +350,8 @@ class Shell:
         body = node.child_by_field_name("body")
         if body is None or not re.search(r"=|\bpython|\bverl", _text(body)):
             return True  # a wait loop (`while ! ray status; do sleep 1; done`): nothing the launch reads
-        self.warn(f"loop:{_line(node)}", f"line {_line(node)}: a while loop cannot be followed statically; its body "
-                                         "is read once")
+        self.warn(f"loop:{_line(node)}", f"line {_line(node)}: a `{_text(node.children[0])}` loop cannot be followed "
+                                         "statically; its body is read once")
         return self.statement(body)
 
     # ---- assignments -----------------------------------------------------------------------------
@@ -448,6 +448,8 @@ class Shell:
             count = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
             self.positional = self.positional[count:]
             return True
+        if name == "read":
+            return self.read(node, words)
         if name in ("true", ":"):
             return True
         if name == "false":
@@ -462,6 +464,23 @@ class Shell:
             self.warn(f"eval:{_line(node)}", f"line {_line(node)}: `{name}` runs a command built at run time; the "
                                              "importer does not follow it")
         return None if name in ("command", "which", "type", "grep", "python", "python3", "nvidia-smi") else True
+
+    def read(self, node: Node, words: list[Field]) -> bool:
+        """`read -r A B <<< "x y"`: the here-string's words into the names (the last takes the rest); without a
+        here-string the input is the run's, so the names are not known."""
+        names = [w for w in words[1:] if not w.startswith("-")]
+        here = next((c for c in node.children if c.type == "herestring_redirect"), None)
+        value = self.scalar(here.named_children[-1]) if here is not None and here.named_children else None
+        if value is None or not value.known:
+            for name in names:
+                self.vars[name] = Field(f"${name}", _line(node), known=False)
+            self.warn(f"read:{_line(node)}", f"line {_line(node)}: `read` takes the run's input; "
+                                             f"{', '.join(names) or 'REPLY'} not known")
+            return True
+        parts = value.split(None, max(len(names) - 1, 0)) if names else [value]
+        for i, name in enumerate(names):
+            self.vars[name] = Field(parts[i] if i < len(parts) else "", _line(node))
+        return True
 
     def call(self, body: Node, arguments: list[Field], node: Node) -> bool | None:
         if self.depth >= _MAX_DEPTH:

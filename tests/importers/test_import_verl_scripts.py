@@ -207,3 +207,16 @@ python3 prepare.py && python3 -m verl.trainer.main_ppo a.x=$X
     assert [s.value for s in launch.settings] == [1]
     assert "line 2: `[ -f /data/x ]` cannot be known statically; assumed false" in launch.warnings
     assert "line 3: `python3 prepare.py` cannot be known statically; assumed true" in launch.warnings
+
+
+
+def test_here_strings_heredocs_and_loops():
+    launch = read_launch(b"""read -r N REST <<< "4 a b"
+cat > /tmp/cfg.yaml <<END
+a: $(date)
+END
+while ! ray status; do sleep 1; done
+python3 -m verl.trainer.main_ppo a.n=$N a.rest="$REST"
+""", "run.sh")
+    assert [(s.key, s.value) for s in launch.settings] == [("a.n", 4), ("a.rest", "a b")]
+    assert launch.warnings == []  # the heredoc's $(date) is not run; the wait loop sets nothing
