@@ -18,16 +18,18 @@ def outcomes() -> dict[str, str]:
     keys = [line.split("=", 1)[0] for line in data.decode().splitlines() if line and not line.startswith("#")]
     text, warnings = import_verl_text(data, "verl_ppo_trainer_defaults.sh", "80GiB")
     comments = [line.split("# verl: ", 1)[1] for line in text.splitlines() if "# verl: " in line]
+    token = re.compile(r"(?<![\w.])[\w.@-]+(?![\w.])")
+    warned = {name for w in warnings for name in re.findall(r"(?<![\w.])([\w.@-]+)=", w)}
+    commented = {c.split("=", 1)[0] for c in comments if re.match(r"[\w.@-]+=", c) and "(not mapped" not in c}
+    named = {name for c in comments for name in token.findall(c)}
     result = {}
     for key in keys:
         short = key.removeprefix("actor_rollout_ref.")
-        named = re.compile(rf"(?<![\w.]){re.escape(short)}(?![\w.])")
-        said = [c for c in comments if named.search(c)]
-        if any(re.search(rf"(?<![\w.]){re.escape(key)}=", w) for w in warnings):
+        if key in warned:
             result[key] = "warned"
-        elif any(c.startswith(f"{short}=") and "(not mapped" not in c for c in said):
+        elif short in commented:
             result[key] = "commented"  # `# verl: KEY=VALUE (as rlgraph: ...)` / `(no effect: ...)`
-        elif said:
+        elif short in named:
             result[key] = "mapped"
         else:
             result[key] = "silent"
