@@ -292,9 +292,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from rlgraph.workers import PolicyWorker, RolloutWorker
     from rlgraph.workers import fsdp
+    from rlgraph.workers.cuda import indexed_device
     from rlgraph.workers.weight_sync import pack, plan_buckets, unpack
 
-    device = torch.device(args.device)
+    device = indexed_device(args.device)  # set_device refuses a bare "cuda", the default on a GPU
     if device.type == "cuda":
         torch.cuda.set_device(device)
     elif sys.platform.startswith("linux"):

@@ -6,6 +6,8 @@
 - `make_deterministic`: a resumed run repeats bit for bit only with deterministic kernels (cuBLAS
   needs its workspace fixed before its first call, so this runs before a worker touches the GPU).
   CPU kernels are deterministic already.
+- `indexed_device`: `torch.cuda.set_device` (and a process's own device choice) needs an index; a bare
+  "cuda" means this process's first visible GPU.
 """
 
 from __future__ import annotations
@@ -15,6 +17,16 @@ import os
 import torch
 
 CUBLAS_WORKSPACE = ":4096:8"  # what torch's reproducibility notes ask for deterministic cuBLAS
+
+
+def indexed_device(device: str | torch.device) -> torch.device:
+    """The device with its index: "cuda" -> cuda:0, the first GPU this process sees; others as given.
+
+    Pure (touches no CUDA context): a process that sees several GPUs picks its own index beforehand."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", 0)
+    return device
 
 
 def free_cached_memory(device: torch.device) -> bool:

@@ -27,3 +27,20 @@ def test_gpu_check_passes_every_check_in_cpu_mode(tmp_path):
     # on a CPU the peaks are the resident set's, so the plan's column has a measured one beside it
     assert checks["update"]["steady_peak_gib"] > 0 and checks["plan_vs_measured"]["plan_over_measured"] > 0
     assert result["info"]["ray_imported"] is False
+
+
+def test_the_default_cuda_device_gets_the_index_that_set_device_needs():
+    """On a GPU the script's default is "cuda"; torch.cuda.set_device refuses a device without an index
+    (the check died before its first line), so the script normalises it first."""
+    import pytest
+    import torch
+    from torch.cuda._utils import _get_device_index  # what torch.cuda.set_device calls on its argument
+
+    from rlgraph.workers.cuda import indexed_device
+
+    with pytest.raises(ValueError, match="specified index"):
+        _get_device_index(torch.device("cuda"))
+    assert _get_device_index(indexed_device("cuda")) == 0
+    assert indexed_device("cuda") == torch.device("cuda", 0)
+    assert indexed_device("cuda:3") == torch.device("cuda", 3)
+    assert indexed_device("cpu") == torch.device("cpu")
