@@ -28,8 +28,8 @@ _FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
 # python3 -m verl.trainer.main_ppo / verl.experimental.fully_async_policy.fully_async_main /
 # verl.experimental.one_step_off_policy.main_ppo / recipe.dapo.main_dapo / verl.trainer.sft_trainer (refused);
 # python3 main_ppo_split.py
-_MODULE = re.compile(r"(verl|recipe)(\.[A-Za-z0-9_]+)*\.[A-Za-z0-9_]*(main|trainer)[A-Za-z0-9_]*")
-_SCRIPT = re.compile(r"(.*/)?[A-Za-z0-9_]*main[A-Za-z0-9_]*\.py")
+_MODULE = re.compile(r"(verl|recipe)(\.[A-Za-z0-9_]+)*\.([A-Za-z0-9]+_)*(main|trainer)(_[A-Za-z0-9]+)*")
+_SCRIPT = re.compile(r"(.*/)?([A-Za-z0-9]+_)*main(_[A-Za-z0-9]+)*\.py")  # main_ppo_split.py, fully_async_main.py
 _NOT_RL = ("main_generation", "main_eval", "sft", "main_distill")
 
 
