@@ -41,7 +41,8 @@ def write_problem(file: Path, code: int, full_hint: str | None = None) -> str:
     if code in (errno.ENOSPC, errno.EDQUOT):
         where = filesystem(file)
         if full_hint is None:
-            full_hint = f"({_size(shutil.disk_usage(where).free)} free there), or pass --output to a folder on another"
+            full_hint = (f"({_size(shutil.disk_usage(where).free)} free there), or pass --output to a folder on another "
+                         "file system")
         return f"disk full while writing {file}: free space on {where} {full_hint}"
     if code in (errno.EACCES, errno.EPERM):
         return (f"permission denied while writing {file}: make {existing_parent(file)} writable for this user, "
