@@ -98,14 +98,13 @@ def test_sigterm_checkpoints_the_step_in_progress_and_a_second_run_is_refused(ar
         assert wait_until(lambda: last_step(run_dir) >= 1 or first.poll() is not None, 300), "no step in 300 s"
         assert first.poll() is None, first.communicate()[0]
 
-        # --- a second run into the same directory: refused at once, naming the first
-        clock = time.monotonic()
+        # --- a second run into the same directory: refused before it starts anything, naming the first (what it
+        # prints is the refusal alone, no Ray start; no time is asserted: the machine may be busy)
         second = subprocess.run(cli(SPEC, "--output", run_dir, *OVERRIDES), cwd=REPO, env=env, capture_output=True,
                                 text=True, timeout=60)
-        seconds = time.monotonic() - clock
         refusal = second.stdout + second.stderr
         assert second.returncode == 1, refusal
-        assert seconds < 2.0, f"refused after {seconds:.1f} s"
+        assert "this one did not start" in refusal and "Ray" not in refusal, refusal
         assert f"process {first.pid} on " in refusal and "another --output" in refusal, refusal
         assert "Traceback" not in refusal
 
