@@ -57,7 +57,8 @@ class _Found(Exception):
 
 
 class _Exit(Exception):
-    pass
+    def __init__(self, line: int):
+        self.line = line
 
 
 class _Return(Exception):
@@ -166,7 +167,10 @@ class Shell:
             self.block(root.children)
         except _Found as found:
             return found.command
-        except (_Exit, _Return):
+        except _Exit as exit:
+            raise ShellError(f"line {exit.line}: the script exits here, before any verl command (with the "
+                             "environment unset, as the importer reads it)") from None
+        except _Return:
             return None
         return None
 
@@ -441,7 +445,7 @@ class Shell:
         if name in self.functions:
             return self.call(self.functions[name], words[1:], node)
         if name == "exit":
-            raise _Exit()
+            raise _Exit(_line(node))
         if name == "return":
             raise _Return()
         if name == "shift":

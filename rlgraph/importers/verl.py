@@ -34,6 +34,9 @@ AR = "actor_rollout_ref"
 # Settings that rlgraph has no counterpart for, and why (first match wins).
 _REASONS: tuple[tuple[str, str], ...] = (
     (r".*\.megatron\..*", "a Megatron option (this launch is imported with the fsdp strategy it was given with -s)"),
+    (rf"{AR}\.actor\.engine\..*|hydra\.searchpath", "a training-backend option (Megatron Lite's mesh, offloads, "
+                                                    "kernels; this launch is imported with the fsdp strategy it was "
+                                                    "given with -s)"),
     (r"async_training\..*", "verl's fully-async trainer; rlgraph's asynchronous training is `train { staleness }` "
                             "(docs/async.md), which the importer does not derive from these"),
     (r"rollout\.(nnodes|n_gpus_per_node|total_rollout_steps|total_epochs|test_freq)",
@@ -540,8 +543,17 @@ class _Importer:
         cfg = self.cfg
         engine_key = next((k for k in ("model_engine", f"{AR}.actor.model_engine") if cfg.has(k)), None)
         named = next((s for s in _OTHER_STRATEGIES if s in self.launch.config_name), None)
+        searchpath = str(cfg.raw("hydra.searchpath", ""))
+        if "mlite" in searchpath or any(k.startswith(f"{AR}.actor.engine.") for k in cfg.values):
+            # Megatron Lite's launches load its backend's config (hydra.searchpath=[pkg://verl_mlite.config])
+            # and set its mesh under actor.engine.*; no strategy key names it
+            named = "mlite"
+            if engine_key is None and cfg.has("hydra.searchpath"):
+                engine_key = "hydra.searchpath"
         strategy = cfg.str(key, None) if cfg.has(key) else None
-        if strategy is None and engine_key:
+        if strategy is None and engine_key == "hydra.searchpath":
+            strategy = "mlite"
+        elif strategy is None and engine_key:
             key, strategy = engine_key, cfg.str(engine_key, "dp")
         strategy = strategy or named or "fsdp"
         if strategy in ("fsdp", "fsdp2", "fsdp_turbo", "dp"):
@@ -552,13 +564,17 @@ class _Importer:
                 self.warnings.append(f"{where(cfg.values[key])}: {key}=fsdp_turbo is imported as fsdp: rlgraph's "
                                      "FSDP does not have verl's fsdp_turbo engine (its fused kernels)")
             return
-        at = f"{where(cfg.values[key])}: {cfg.name(key)}={strategy}" if cfg.has(key) else \
-            f"--config-name={self.launch.config_name}"
+        if cfg.has(key):
+            at = f"{where(cfg.values[key])}: {cfg.name(key)}={cfg.text(key)}"
+        elif engine_key == "hydra.searchpath":
+            at = f"{where(cfg.values[engine_key])}: hydra.searchpath={cfg.text(engine_key)}"
+        else:
+            at = f"--config-name={self.launch.config_name}"
         if at not in self.refused:
             self.refused.add(at)
             what = _OTHER_STRATEGIES.get(strategy, "a training backend rlgraph does not run")
             fix = " ".join(f"-s {k}=fsdp" for k in (key,) + ((engine_key,) if engine_key and engine_key != key
-                                                              else ()))
+                                                              and engine_key != "hydra.searchpath" else ()))
             cfg.errors.append(f"{at}: rlgraph has no {strategy} strategy ({what}); rlgraph trains with fsdp or ddp. "
                               f"To import this launch as fsdp anyway: rlgraph import verl FILE {fix}")
 

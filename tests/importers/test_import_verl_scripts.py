@@ -65,6 +65,16 @@ def test_a_megatron_launch_is_refused_with_the_override_that_imports_it():
     assert any("megatron.tensor_model_parallel_size=8 is not mapped" in w for w in warnings)
 
 
+def test_a_megatron_lite_launch_names_no_strategy_but_is_refused_as_one():
+    script = (b"python3 -m verl.trainer.main_ppo hydra.searchpath=[pkg://verl_mlite.config] "
+              b"actor_rollout_ref.actor.engine.tp=2 algorithm.adv_estimator=grpo\n")
+    with pytest.raises(ImportProblem, match=r"line 1: hydra.searchpath=\[pkg://verl_mlite.config\]: rlgraph has no "
+                                            r"mlite strategy .* -s actor_rollout_ref.actor.strategy=fsdp"):
+        import_verl_text(script, "run.sh")
+    _, warnings = import_verl_text(script, "run.sh", None, ["actor_rollout_ref.actor.strategy=fsdp"])
+    assert any("actor.engine.tp=2 is not mapped: a training-backend option" in w for w in warnings)
+
+
 def test_the_fully_async_main_imports_with_its_batch_and_overlong_penalty():
     name = "mtp_trainer_run_mimo_7b_mtp_fully_async_megatron_multinode.sh"
     text, warnings = _import(name, AS_FSDP)
