@@ -89,7 +89,7 @@ BUILTIN_MODELS["builtin:arith-tool-gpt"] = {**BUILTIN_MODELS["builtin:arith-gpt"
 
 @dataclass(frozen=True)
 class ModelShape:
-    params: int | None = None
+    params: int | None = None  # all of them: what weights, gradients and optimizer state are counted by
     layers: int | None = None
     hidden: int | None = None
     heads: int | None = None
@@ -100,29 +100,94 @@ class ModelShape:
     tied: bool = False  # embeddings tied to the LM head (config.json's tie_word_embeddings)
     max_positions: int | None = None  # config.json's max_position_embeddings (vLLM's max_model_len)
     source: str = "spec"  # where the numbers came from: spec | config.json | builtin
+    moe: Experts | None = None  # a mixture of experts' MLP; None: dense
 
     @property
     def has_kv(self) -> bool:
         return None not in (self.layers, self.kv_heads, self.head_dim)
 
+    @property
+    def active_params(self) -> int | None:
+        """Parameters one token runs through: all of them less the routed experts it is not sent to. What
+        compute and activations follow; memory holds all `params`."""
+        if self.params is None or self.moe is None or self.hidden is None or self.layers is None:
+            return self.params
+        idle = (self.moe.experts - self.moe.per_token) * 3 * self.hidden * self.moe.intermediate
+        return self.params - self.moe.layers(self.layers) * idle
+
+    @property
+    def active_intermediate(self) -> int | None:
+        """The MLP width a token's activations have: its experts' (and the shared experts') under MoE."""
+        if self.moe is None:
+            return self.intermediate
+        return self.moe.per_token * self.moe.intermediate + self.moe.shared_intermediate
+
+
+@dataclass(frozen=True)
+class Experts:
+    """A mixture-of-experts MLP: `experts` routed experts of inner size `intermediate`, `per_token` of them run
+    for each token, beside shared experts of total inner size `shared_intermediate` that every token runs; the
+    first `dense_layers` layers (DeepSeek's first_k_dense_replace, Qwen's mlp_only_layers) keep a dense MLP."""
+
+    experts: int
+    per_token: int
+    intermediate: int
+    shared_intermediate: int = 0
+    dense_layers: int = 0
+    sparse_step: int = 1  # Qwen2/3-MoE's decoder_sparse_step: every step-th layer is sparse
+
+    def layers(self, layers: int) -> int:
+        """How many of `layers` have experts."""
+        return sum(1 for i in range(self.dense_layers, layers) if (i + 1) % self.sparse_step == 0)
+
+
+def experts_of(cfg: dict) -> Experts | None:
+    """The experts of a config.json (Qwen2-MoE, Qwen3-MoE, Mixtral, DeepSeek, OLMoE key names), or None."""
+    experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
+    per_token = cfg.get("num_experts_per_tok") or cfg.get("moe_topk")
+    if not experts or not per_token:
+        return None
+    inner = cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")  # Mixtral: its experts' size
+    if not inner:
+        return None
+    shared = cfg.get("shared_expert_intermediate_size") or (cfg.get("n_shared_experts") or 0) * inner
+    only = cfg.get("mlp_only_layers") or []
+    dense = cfg.get("first_k_dense_replace") or (len(only) if only == list(range(len(only))) else 0)
+    return Experts(int(experts), int(per_token), int(inner), int(shared), int(dense),
+                   int(cfg.get("decoder_sparse_step") or 1))
+
 
 def count_params(config: dict) -> int | None:
-    """Parameters of a Llama / Qwen2 / Mistral-shaped decoder from its config.json, or None."""
+    """All parameters of a Llama / Qwen2/3 / Mistral-shaped decoder from its config.json, experts included
+    (Qwen2/3-MoE, Mixtral, DeepSeek's MLP), or None; None for attention of another shape (DeepSeek's MLA)."""
     cfg = config.get("text_config", config) if "hidden_size" not in config else config
     try:
         vocab, hidden, layers = cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"]
         heads, inter = cfg["num_attention_heads"], cfg["intermediate_size"]
     except KeyError:
         return None
+    if cfg.get("kv_lora_rank"):  # multi-head latent attention: not the q, k, v, o projections counted here
+        return None
     kv_heads = cfg.get("num_key_value_heads") or heads
     head_dim = cfg.get("head_dim") or hidden // heads
-    bias = cfg.get("attention_bias", cfg.get("model_type") == "qwen2")
+    bias = cfg.get("attention_bias", cfg.get("model_type") in ("qwen2", "qwen2_moe"))
     q, kv = heads * head_dim, kv_heads * head_dim
     attention = hidden * q + 2 * hidden * kv + q * hidden + (q + 2 * kv if bias else 0)
-    mlp = 3 * hidden * inter  # gate, up, down
-    per_layer = attention + mlp + 2 * hidden  # + input and post-attention RMSNorm
+    if str(cfg.get("model_type", "")).startswith("qwen3"):
+        attention += 2 * head_dim  # q_norm, k_norm
+    dense = 3 * hidden * inter  # gate, up, down
+    moe = experts_of(cfg)
+    mlp = layers * dense
+    if moe is not None:
+        # a sparse layer: its routed experts, its router, its shared experts (and Qwen2-MoE's gate for them)
+        sparse = (moe.experts * 3 * hidden * moe.intermediate + hidden * moe.experts
+                  + 3 * hidden * moe.shared_intermediate
+                  + (hidden if cfg.get("shared_expert_intermediate_size") else 0))
+        moe_layers = moe.layers(layers)
+        mlp = moe_layers * sparse + (layers - moe_layers) * dense
+    per_layer = attention + 2 * hidden  # + input and post-attention RMSNorm
     embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings", False) else 2)
-    return layers * per_layer + embeddings + hidden  # + final norm
+    return layers * per_layer + mlp + embeddings + hidden  # + final norm
 
 
 def _read_config(path: str, base: Path) -> tuple[dict, str] | None:
@@ -147,8 +212,9 @@ def model_shape(model: Decl, base: Path) -> ModelShape:
     cfg = config.get("text_config", config) if "hidden_size" not in config else config
     hidden = model.get("hidden") or cfg.get("hidden_size")
     heads = model.get("heads") or cfg.get("num_attention_heads")
-    # config.json's head_dim stands unless the spec redefines the attention shape
-    head_dim = None if model.is_set("hidden") or model.is_set("heads") else cfg.get("head_dim")
+    # config.json's head_dim stands unless the spec redefines the attention shape without it
+    head_dim = model.get("head_dim") or (
+        None if model.is_set("hidden") or model.is_set("heads") else cfg.get("head_dim"))
     if head_dim is None and hidden and heads:
         head_dim = hidden // heads
     return ModelShape(
@@ -163,7 +229,16 @@ def model_shape(model: Decl, base: Path) -> ModelShape:
         tied=bool(cfg.get("tie_word_embeddings", False)),
         max_positions=cfg.get("max_position_embeddings"),
         source=source if not model.is_set("params") else "spec",
+        moe=_spec_experts(model) or experts_of(cfg),
     )
+
+
+def _spec_experts(model: Decl) -> Experts | None:
+    """The model block's `experts`, `experts_per_token`, `expert_intermediate`, `shared_expert_intermediate`."""
+    if not (model.get("experts") and model.get("experts_per_token") and model.get("expert_intermediate")):
+        return None
+    return Experts(model.get("experts"), model.get("experts_per_token"), model.get("expert_intermediate"),
+                   model.get("shared_expert_intermediate") or 0)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -214,13 +289,27 @@ def adapter_params(shape: ModelShape, rank: int, targets: str | list[str]) -> in
         return None
     h, q, kv = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
     dims = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h)}
-    i = intermediate_size(shape)
+    moe = shape.moe
+    i = intermediate_size(shape) if moe is None else moe.intermediate
     if i:
         dims.update(gate_proj=(h, i), up_proj=(h, i), down_proj=(i, h))
     elif targets == "all-linear":
         return None
     names = list(dims) if targets == "all-linear" else [t for t in dict.fromkeys(targets) if t in dims]
-    return shape.layers * sum(rank * (dims[n][0] + dims[n][1]) for n in names)
+    if moe is None:
+        return shape.layers * sum(rank * (dims[n][0] + dims[n][1]) for n in names)
+    # MoE: each expert's gate/up/down are linear layers of their own (as are the shared experts' and, under
+    # all-linear, the router); `intermediate` stays the dense layers' MLP
+    attention = sum(rank * (dims[n][0] + dims[n][1]) for n in names if n.endswith(("q_proj", "k_proj", "v_proj",
+                                                                                   "o_proj")))
+    mlp = [n for n in names if n in ("gate_proj", "up_proj", "down_proj")]
+    sparse = len(mlp) * rank * (moe.experts * (h + moe.intermediate) + (h + moe.shared_intermediate)
+                                * bool(moe.shared_intermediate))
+    sparse += rank * (h + moe.experts) if targets == "all-linear" else 0
+    dense_i = shape.intermediate or moe.intermediate
+    dense = len(mlp) * rank * (h + dense_i)
+    sparse_layers = moe.layers(shape.layers)
+    return shape.layers * attention + sparse_layers * sparse + (shape.layers - sparse_layers) * dense
 
 
 def offloaded_items(role: Decl) -> tuple[str, ...]:
@@ -246,7 +335,10 @@ def kv_cache_bytes(shape: ModelShape, *, prompt_length: int, new_tokens: int, se
 
 
 def intermediate_size(shape: ModelShape) -> int | None:
-    """The MLP's inner size: config.json's, else what the parameter count leaves for the MLPs (3 h i a layer)."""
+    """The MLP's inner size a token's activations have: config.json's, else what the parameter count leaves
+    for the MLPs (3 h i a layer); under MoE its experts' and the shared experts' together."""
+    if shape.moe is not None:
+        return shape.active_intermediate
     if shape.intermediate:
         return shape.intermediate
     if None in (shape.params, shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.head_dim):

@@ -387,6 +387,16 @@ BLOCKS: dict[str, BlockSchema] = {
         "vocab": Key(Int(min=1), "vocabulary size"),
         "intermediate": Key(Int(min=1), "the MLP's inner size (config.json's intermediate_size), for the "
                             "activation estimate; else derived from params, which is off for tied embeddings"),
+        "head_dim": Key(Int(min=1), "each attention head's size (config.json's head_dim), for the KV cache and "
+                        "the LoRA adapters; defaults to hidden / heads, which Qwen3 and Gemma do not follow"),
+        "experts": Key(Int(min=1), "a mixture of experts' routed experts (config.json's num_experts, "
+                       "num_local_experts, n_routed_experts): all of them in params, for the memory estimate"),
+        "experts_per_token": Key(Int(min=1), "experts each token is routed to (num_experts_per_tok): the "
+                                 "activations follow these only"),
+        "expert_intermediate": Key(Int(min=1), "one expert's MLP inner size (moe_intermediate_size)"),
+        "shared_expert_intermediate": Key(Int(min=1), "the MLP inner size of the shared experts every token runs "
+                                          "(shared_expert_intermediate_size; DeepSeek: n_shared_experts x "
+                                          "moe_intermediate_size)"),
     }),
     "pool": BlockSchema("a set of identical nodes and their devices", keys={
         "nodes": Key(Int(min=1, max=MAX_NODES), "number of nodes", required=True),
