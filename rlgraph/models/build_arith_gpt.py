@@ -65,10 +65,13 @@ def build_arith_gpt(
     recipe: Recipe = Recipe(),
     arch: Architecture = Architecture(),
     log: Callable[[str], None] | None = None,
+    name: str = MODEL_NAME,
+    version: int = MODEL_VERSION,
 ) -> dict:
     """Train and save the model into `out` (made if missing); returns what rlgraph_build.json holds.
 
-    Progress goes to `log` (default: this module's logger at INFO).
+    Progress goes to `log` (default: this module's logger at INFO). `name`, `version`: what the build records
+    (builtin:arith-gpt-teacher is this recipe trained further: rlgraph/models/build_arith_teacher.py).
     """
     import torch
 
@@ -83,13 +86,13 @@ def build_arith_gpt(
         val_accuracy = greedy_accuracy(model, tokenizer, val_rows, max_new_tokens=4)
     if not recipe.accept_low <= val_accuracy <= recipe.accept_high:
         raise RuntimeError(
-            f"arith-gpt build ended at step {steps} with greedy val accuracy {val_accuracy:.3f}, "
+            f"{name} build ended at step {steps} with greedy val accuracy {val_accuracy:.3f}, "
             f"outside [{recipe.accept_low}, {recipe.accept_high}]; adjust the recipe in {__file__}"
         )
 
     report = {
-        "name": MODEL_NAME,
-        "version": MODEL_VERSION,
+        "name": name,
+        "version": version,
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "steps": steps,
         "val_accuracy": val_accuracy,
@@ -103,7 +106,7 @@ def build_arith_gpt(
     }
     save_build(out, model, tokenizer, report)
     log(
-        f"arith-gpt: step {steps}, greedy accuracy {val_accuracy:.3f} on the {len(val_rows)} val prompts, "
+        f"{name}: step {steps}, greedy accuracy {val_accuracy:.3f} on the {len(val_rows)} val prompts, "
         f"{report['build_seconds']:.1f} s"
     )
     return report

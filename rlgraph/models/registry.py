@@ -51,6 +51,20 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         recipe="rlgraph.models.build_arith_gpt",
         about="tiny rotary GPT that adds two-digit numbers 43.8% of the time, greedy (policy for builtin:arith)",
     ),
+    "arith-gpt-teacher": BuiltinModel(
+        folder="arith-gpt-teacher",
+        sha256={
+            "model.safetensors": "13fe5c4022d89822431fd35c9e676135c2ee2052916168ca7e72eb7a92d7b771",
+            "config.json": "e5c5523b182b4862ee1dd26d805f3294e9f533298fb238099a9064f5d037cf44",
+            "generation_config.json": "bd3721374491f500cc0d53b8e3728587179a196728dd88b9160eb49aa3601125",
+            "tokenizer.json": "7dee99112ca753cbe50b6dcb950bd7cd42249468df5b4369b9ed36581f9765b0",
+            "tokenizer_config.json": "49c829a5e2b3ce7d1dd15d898d4c382f5ba6f073cb71ebf19c93c8c5907ef49d",
+            "rlgraph_build.json": "10d1c4d0f8f22058c2b5749c7521a1acffc9e783cf9b44cb39c461e86be2c694",
+        },
+        recipe="rlgraph.models.build_arith_teacher",
+        about="builtin:arith-gpt's recipe trained on: adds two-digit numbers 86.2% of the time, greedy (the "
+              "teacher of specs/distill_arith.rl; the same tokenizer as builtin:arith-gpt)",
+    ),
     "arith-tool-gpt": BuiltinModel(
         folder="arith-tool-gpt",
         sha256={
