@@ -61,9 +61,10 @@ class DeviceProcess:
         try:
             import ray
 
-            self.node_ip = ray.util.get_node_ip_address()
-            self.placement = _ray_placement()
-        except Exception:  # not under Ray (a unit test): the node index is enough
+            if ray.is_initialized():  # not under Ray (a unit test): the node index is enough, and no Ray starts
+                self.node_ip = ray.util.get_node_ip_address()
+                self.placement = _ray_placement()
+        except Exception:  # a Ray that cannot say where this process runs: the node index is enough
             pass
         ordered = sorted(self.hosted.values(), key=lambda h: h.spec.alias_of is not None)
         for hosted in ordered:
@@ -83,7 +84,9 @@ class DeviceProcess:
         cls = {"policy": workers.PolicyWorker, "critic": workers.CriticWorker,
                "reward_model": workers.RewardModelWorker, "rollout": workers.RolloutWorker}[spec.worker]
         try:
-            return cls(spec.model_path, spec.settings, seed=spec.seed)
+            # a rollout engine may honour seeds only in a mode of its own (SGLang): train.deterministic turns it on
+            kwargs = {"deterministic": spec.deterministic} if spec.worker == "rollout" else {}
+            return cls(spec.model_path, spec.settings, seed=spec.seed, **kwargs)
         except Exception as err:  # a checkpoint's file that cannot be read: named, with what to delete
             from rlgraph.runtime.checkpoint import damaged_load
 

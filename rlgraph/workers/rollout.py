@@ -24,13 +24,13 @@ class RolloutWorker:
     """A rollout with its own copy of the weights, refreshed by the weight sync (`load_weights` bucket by bucket)."""
 
     def __init__(self, model_path: str, settings: RolloutSettings, *, seed: int,
-                 device: str | None = None) -> None:
+                 device: str | None = None, deterministic: bool = False) -> None:
         if not 0 < settings.memory_fraction <= 1:
             raise ValueError(f"memory_fraction must be in (0, 1], got {settings.memory_fraction}")
         self.settings = settings
         self.engine = engine_class(settings.engine).from_pretrained(
             model_path, dtype=settings.dtype, device=device, memory_fraction=settings.memory_fraction, tp=settings.tp,
-            max_sequences=settings.max_sequences)
+            max_sequences=settings.max_sequences, deterministic=deterministic)
         self.tokenizer = self.engine.tokenizer
         self.sample_generator = torch.Generator().manual_seed(seed)
 

@@ -65,6 +65,43 @@ def test_server_args_name_the_folder_device_share_and_tp():
         server_args("/m", dtype="float32", device="cpu", memory_fraction=None, tp=1)
 
 
+def test_deterministic_runs_turn_on_the_only_mode_in_which_sglang_reads_the_seeds():
+    args = server_args("/m", dtype="bfloat16", device="cuda:0", memory_fraction=None, tp=1, deterministic=True)
+    assert args["enable_deterministic_inference"] is True
+    assert "enable_deterministic_inference" not in server_args("/m", dtype="bfloat16", device="cuda:0",
+                                                               memory_fraction=None, tp=1)
+
+
+def test_train_deterministic_reaches_the_sglang_engine_the_process_builds(monkeypatch, tiny_model_dir):
+    """WorkerSpec (train.deterministic) -> DeviceProcess -> RolloutWorker -> SGLangEngine.from_pretrained ->
+    sglang.Engine's arguments, with a stand-in sglang package (the real one needs a GPU)."""
+    import sys
+    import types
+
+    from rlgraph.runtime.process import DeviceProcess, HostedRole
+    from rlgraph.runtime.roles import WorkerSpec
+    from tests.workers.helpers import rollout_settings
+
+    started: list[dict] = []
+
+    class Engine(StandInEngine):
+        def __init__(self, **kwargs):
+            super().__init__()
+            started.append(kwargs)
+
+    constants = types.SimpleNamespace(GPU_MEMORY_ALL_TYPES=["weights", "kv_cache", "cuda_graph"])
+    for name, module in {"sglang": types.SimpleNamespace(Engine=Engine), "sglang.srt": types.SimpleNamespace(),
+                         "sglang.srt.constants": constants}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # the one GPU the process would see
+    for deterministic in (True, False):
+        spec = WorkerSpec("rollout", "rollout", "rollout", tiny_model_dir, rollout_settings(engine="sglang"), seed=1,
+                          deterministic=deterministic)
+        worker = DeviceProcess("p0", 0, [HostedRole(spec, 0)], num_threads=1)._build(spec)
+        assert isinstance(worker.engine, SGLangEngine)
+    assert [kwargs.get("enable_deterministic_inference", False) for kwargs in started] == [True, False]
+
+
 def test_sglang_outputs_become_a_rollout_cut_at_the_first_end_of_turn_id(tokenizer):
     items = make_items(["12+34=", "5="], tokenizer)
     outputs = [
@@ -222,7 +259,8 @@ def test_the_adapters_calls_match_the_installed_sglang():
         assert callable(getattr(engine, method)), method
     assert WEIGHTS == GPU_MEMORY_TYPE_WEIGHTS and WEIGHTS in GPU_MEMORY_ALL_TYPES
     fields = _fields(ServerArgs)
-    assert set(server_args("/m", dtype="bfloat16", device="cuda:1", memory_fraction=0.5, tp=2)) <= fields
+    assert set(server_args("/m", dtype="bfloat16", device="cuda:1", memory_fraction=0.5, tp=2, max_sequences=8,
+                           deterministic=True)) <= fields
     for sampling in (SamplingParams(max_new_tokens=4, temperature=0.8, top_p=0.9, top_k=0),
                      SamplingParams(max_new_tokens=4, temperature=0.0)):
         built = SGLangSamplingParams(**sampling_params(sampling, [EOS, TURN_END], seed=11))  # its own checks

@@ -81,14 +81,18 @@ class Engine(ABC):
     @classmethod
     @abstractmethod
     def from_pretrained(cls, model_path: str, *, dtype: str, device: str | None,
-                        memory_fraction: float | None, tp: int = 1, max_sequences: int | None = None) -> Engine:
+                        memory_fraction: float | None, tp: int = 1, max_sequences: int | None = None,
+                        deterministic: bool = False) -> Engine:
         """An engine that owns its weights, loaded from a local HF folder (or `builtin:` model).
 
         `memory_fraction`: the share of the device it may take (weights + KV cache), for engines whose
         capabilities say they honour it; the others ignore it. None: the engine's own default.
         `tp`: the devices one replica spans (at most `capabilities.max_tp`).
         `max_sequences`: the most sequences generated at once, for an engine whose scheduler is set up once
-        (SGLang's max_running_requests); an engine without one takes it in `generate`. None: its default."""
+        (SGLang's max_running_requests); an engine without one takes it in `generate`. None: its default.
+        `deterministic` (train.deterministic): an engine that honours a sample's seed only in a mode of its own
+        turns that mode on (SGLang); the hf engine runs on the process's deterministic torch kernels, and vLLM
+        honours per-request seeds in any mode."""
 
     @abstractmethod
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, seed: int | None = None,

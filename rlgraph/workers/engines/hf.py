@@ -45,9 +45,10 @@ class HFEngine(Engine):
     @classmethod
     def from_pretrained(cls, model_path: str, *, dtype: str | torch.dtype = "float32", device: str | None = None,
                         memory_fraction: float | None = None, tp: int = 1,
-                        max_sequences: int | None = None) -> HFEngine:
+                        max_sequences: int | None = None, deterministic: bool = False) -> HFEngine:
         """`memory_fraction` is ignored: HF allocates the KV cache per call, as it goes. So is `max_sequences`
-        here: `generate` takes it with each call (the hybrid engine gets it from the call's settings too)."""
+        here: `generate` takes it with each call (the hybrid engine gets it from the call's settings too).
+        `deterministic` too: torch's kernels are set up for the whole process (workers/cuda.py make_deterministic)."""
         from rlgraph.workers.loading import as_dtype, default_device, load_causal_lm
 
         if tp > cls.capabilities.max_tp:

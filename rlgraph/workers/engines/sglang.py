@@ -8,7 +8,8 @@ against the installed package's signatures where sglang imports (tests/workers/t
 
 What it calls:
 - `sglang.Engine(model_path=, tokenizer_path=, tp_size=, dtype=, mem_fraction_static=, max_running_requests=,
-  base_gpu_id=, enable_memory_saver=True, enable_weights_cpu_backup=True)`
+  base_gpu_id=, enable_memory_saver=True, enable_weights_cpu_backup=True)`, and
+  `enable_deterministic_inference=True` under train.deterministic (the only mode that reads `sampling_seed`)
 - `Engine.generate(input_ids=[[...], ...], sampling_params=[{...}, ...], return_logprob=True)`: one request
   per sample (each prompt repeated n times, so the n samples of a prompt are adjacent and each has its own
   `sampling_seed`); the tokens and their log-probs are read from `meta_info["output_token_logprobs"]`,
@@ -76,7 +77,7 @@ class SGLangEngine(Engine):
     @classmethod
     def from_pretrained(cls, model_path: str, *, dtype: str = "bfloat16", device: str | None = None,
                         memory_fraction: float | None = None, tp: int = 1,
-                        max_sequences: int | None = None) -> SGLangEngine:
+                        max_sequences: int | None = None, deterministic: bool = False) -> SGLangEngine:
         cls.check_installed()
         import sglang
         import torch
@@ -89,7 +90,7 @@ class SGLangEngine(Engine):
         if device is None and torch.cuda.is_available():
             device = f"cuda:{torch.cuda.current_device()}"  # where the process's workers set theirs
         args = server_args(path, dtype=dtype, device=device, memory_fraction=memory_fraction, tp=tp,
-                           max_sequences=max_sequences)
+                           max_sequences=max_sequences, deterministic=deterministic)
         visible = torch.cuda.device_count()
         if visible < args["base_gpu_id"] + tp:
             # a colocated replica lives in the process of its first device; Ray shows each process its own GPUs
@@ -155,7 +156,7 @@ class SGLangEngine(Engine):
 
 
 def server_args(model_folder: str, *, dtype: Any, device: str | None, memory_fraction: float | None,
-                tp: int, max_sequences: int | None = None) -> dict[str, Any]:
+                tp: int, max_sequences: int | None = None, deterministic: bool = False) -> dict[str, Any]:
     """`sglang.Engine`'s keyword arguments (its ServerArgs fields)."""
     device = str(device or "cuda")
     kind, _, index = device.partition(":")
@@ -175,6 +176,10 @@ def server_args(model_folder: str, *, dtype: Any, device: str | None, memory_fra
         args["mem_fraction_static"] = memory_fraction  # weights + KV cache, as a share of the GPU
     if max_sequences is not None:
         args["max_running_requests"] = max_sequences  # the scheduler's limit; the rest of a step's requests wait
+    if deterministic:
+        # SGLang reads a request's sampling_seed only in this mode (batch-invariant kernels besides); without it
+        # the seeds are ignored and a resumed run samples differently
+        args["enable_deterministic_inference"] = True
     return args
 
 

@@ -92,7 +92,9 @@ class VLLMEngine(Engine):
     @classmethod
     def from_pretrained(cls, model_path: str, *, dtype: str = "bfloat16", device: str | None = None,
                         memory_fraction: float | None = None, tp: int = 1,
-                        max_sequences: int | None = None) -> VLLMEngine:
+                        max_sequences: int | None = None, deterministic: bool = False) -> VLLMEngine:
+        """`deterministic` is not needed: vLLM samples a request with a seed from a generator of its own in any
+        mode (its model runner seeds one per request), and the engine core runs in this process."""
         cls.check_installed()
         import torch
         import vllm
