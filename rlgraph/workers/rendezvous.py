@@ -56,7 +56,7 @@ def listen_store(host: str, port: int, world_size: int, timeout_s: float, *, wai
     except OSError:
         sock.close()
         raise
-    # the store owns the socket from here on (it closes it when it is destroyed)
+    # detached: the store's server listens on it from here on (closing it under the store stops that server)
     return dist.TCPStore(host, port, world_size, is_master=True, wait_for_workers=wait_for_workers,
                          timeout=datetime.timedelta(seconds=timeout_s), master_listen_fd=sock.detach())
 
