@@ -95,7 +95,7 @@ def test_kl_penalty_on_the_rollouts_kept_log_probs_says_why_not_and_what_to_pass
     assert d.message == "`kl_penalty` needs the log-probs of an actor as `log_prob`, but `kept` comes from `rollout.generate`"
     assert d.hints[0].startswith("pass the output of `responses -> actor.log_prob -> old_log_prob`; the reference's "
                                  "log-probs come from the trainer's forward pass")
-    assert "`actor.update` accepts kept log-probs" in d.hints[0]
+    assert "`actor.update` accepts kept log-probs" in d.hints[0] and "charge their difference to the policy" in d.hints[0]
 
 
 DISTILL_STEP = """\

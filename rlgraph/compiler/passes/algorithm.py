@@ -80,45 +80,43 @@ def _greedy_group(node: CallNode, role: Decl, call: CallNode) -> list[Diagnostic
 
 
 def _kl_inputs(program: Program, graph: StepGraph, node: CallNode) -> list[Diagnostic]:
-    refs = [r.name for r in program.roles.values() if r.kind == "ref"]
-    actors = [r for r in program.roles.values() if r.kind == "actor"]
-    actor = actors[0].name if actors else "actor"
-    model = (model_of(program, actors[0]) if actors else None) or "..."
-    ref_hint = (f"pass the output of `responses -> {refs[0]}.log_prob -> ref_log_prob`" if refs else
-                f"declare a reference policy, e.g. `role ref {{ model = {model}  colocate = {actor} }}`, "
-                "and pass the output of `responses -> ref.log_prob -> ref_log_prob`")
-    return (expect_producer(graph, node, "ref_log_prob", "the log-probs of a reference policy",
-                            is_call("ref", "log_prob"), ref_hint)
-            + expect_producer(graph, node, "log_prob", "the log-probs of an actor", is_call("actor", "log_prob"),
-                              f"pass the output of `responses -> {actor}.log_prob -> old_log_prob`"
-                              + _WHY_NOT_KEPT * _from_generate(graph, node.input("log_prob"))))
+    actor, model = _actor_and_model(program)
+    return _frozen_and_actor(program, graph, node, "ref_log_prob", "a reference policy", "reference", "policy",
+                             f"declare a reference policy, e.g. `role ref {{ model = {model}  colocate = {actor} }}`, "
+                             "and pass the output of `responses -> ref.log_prob -> ref_log_prob`")
 
 
 def _distill_inputs(program: Program, graph: StepGraph, node: CallNode) -> list[Diagnostic]:
-    """The teacher is a `ref` role (a frozen model scored by the trainer's forward pass, as a reference policy
-    is); the student's log-probs are the actor's, for the same reason as kl_penalty's."""
-    refs = [r.name for r in program.roles.values() if r.kind == "ref"]
+    """The teacher is a `ref` role: a frozen model scored by the trainer's forward pass, as a reference is."""
+    actor, _ = _actor_and_model(program)
+    return _frozen_and_actor(program, graph, node, "teacher_log_prob", "a teacher (a `ref` role)", "teacher",
+                             "student", f"declare the teacher as a frozen role, e.g. `role teacher {{ kind = ref  "
+                             f"model = TEACHER_MODEL  colocate = {actor} }}`, and pass the output of `responses -> "
+                             "teacher.log_prob -> teacher_log_prob`")
+
+
+def _actor_and_model(program: Program) -> tuple[str, str]:
     actors = [r for r in program.roles.values() if r.kind == "actor"]
-    actor = actors[0].name if actors else "actor"
-    teacher_hint = (f"pass the output of `responses -> {refs[0]}.log_prob -> teacher_log_prob`" if refs else
-                    f"declare the teacher as a frozen role, e.g. `role teacher {{ kind = ref  model = TEACHER_MODEL  "
-                    f"colocate = {actor} }}`, and pass the output of `responses -> teacher.log_prob -> "
-                    "teacher_log_prob`")
-    return (expect_producer(graph, node, "teacher_log_prob", "the log-probs of a teacher (a `ref` role)",
-                            is_call("ref", "log_prob"), teacher_hint)
+    return (actors[0].name if actors else "actor"), ((model_of(program, actors[0]) if actors else None) or "...")
+
+
+def _frozen_and_actor(program: Program, graph: StepGraph, node: CallNode, port: str, frozen: str, who: str,
+                      trained: str, declare_hint: str) -> list[Diagnostic]:
+    """`node` compares a frozen role's log-probs (on `port`) with the actor's (on `log_prob`): kl_penalty against
+    a reference, distill_advantage against a teacher. Both must be the trainer's forward passes: `actor.update`
+    takes the rollout's kept log-probs because there they are what they are, the behaviour policy's, but a
+    rollout engine's numbers differ from the trainer's, and the comparison would charge that to the policy."""
+    refs = [r.name for r in program.roles.values() if r.kind == "ref"]
+    actor, _ = _actor_and_model(program)
+    kept = _from_generate(graph, node.input("log_prob"))
+    why = (f"; the {who}'s log-probs come from the trainer's forward pass, and a rollout engine's from its own "
+           f"kernels and precision, so the comparison would charge their difference to the {trained} even where "
+           f"the {trained} equals the {who} (`actor.update` accepts kept log-probs as the behaviour policy's: that "
+           "is what they are)")
+    return (expect_producer(graph, node, port, f"the log-probs of {frozen}", is_call("ref", "log_prob"),
+                            f"pass the output of `responses -> {refs[0]}.log_prob -> {port}`" if refs else declare_hint)
             + expect_producer(graph, node, "log_prob", "the log-probs of an actor", is_call("actor", "log_prob"),
-                              f"pass the output of `responses -> {actor}.log_prob -> old_log_prob`"
-                              + _WHY_NOT_KEPT.replace("the reference's", "the teacher's").replace(
-                                  "where the policy equals the reference", "where the student equals the teacher")
-                              * _from_generate(graph, node.input("log_prob"))))
-
-
-# `actor.update` takes the rollout's kept log-probs because there they are what they are, the behaviour policy's;
-# a KL penalty compares two of the trainer's own forward passes, and a rollout engine's numbers differ from them.
-_WHY_NOT_KEPT = ("; the reference's log-probs come from the trainer's forward pass, and a rollout engine's from "
-                 "its own kernels and precision, so the penalty would charge their difference to the policy even "
-                 "where the policy equals the reference (`actor.update` accepts kept log-probs as the behaviour "
-                 "policy's: that is what they are)")
+                              f"pass the output of `responses -> {actor}.log_prob -> old_log_prob`" + why * kept))
 
 
 def _from_generate(graph: StepGraph, name: str | None) -> bool:
