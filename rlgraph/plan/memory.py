@@ -83,8 +83,6 @@ BUILTIN_MODELS: dict[str, dict] = {
 # `builtin:arith-rm` (rlgraph/models/build_arith_rm.py) is arith-gpt's body under a one-score head
 # (64 more parameters than the tied LM head it replaces: nothing at this scale).
 BUILTIN_MODELS["builtin:arith-rm"] = BUILTIN_MODELS["builtin:arith-gpt"]
-# `builtin:arith-gpt-teacher` (rlgraph/models/build_arith_teacher.py): arith-gpt's recipe trained longer
-BUILTIN_MODELS["builtin:arith-gpt-teacher"] = BUILTIN_MODELS["builtin:arith-gpt"]
 # `builtin:arith-tool-gpt` (rlgraph/models/build_arith_tool_gpt.py): arith-gpt's shape, 4 tool-call tags more
 BUILTIN_MODELS["builtin:arith-tool-gpt"] = {**BUILTIN_MODELS["builtin:arith-gpt"], "vocab_size": 54}
 
@@ -320,8 +318,13 @@ def offloaded_items(role: Decl) -> tuple[str, ...]:
     A trained role's `param_offload` is FSDP2's CPUOffloadPolicy: each rank's shards of the parameters,
     gradients and AdamW state live in host memory and the optimizer steps there; the device holds only the
     blocks gathered for the pass that runs (a working buffer, not counted either way). `optimizer_offload`
-    keeps AdamW's moments on the host between steps. A ref's `param_offload` keeps its weights on the host
-    between its log_prob calls (the estimate is the steady state between calls)."""
+    keeps AdamW's moments on the host between steps; each step moves them in (`optimizer_step`, a part of
+    the update's peak, role_need). A ref's `param_offload` keeps its weights on the host between its
+    log_prob calls (the estimate is the steady state between calls).
+
+    verl's `fsdp_config.param_offload` is none of these for a trained role: it moves the shards in for each
+    call, so the update holds them all on the device (rlgraph's `param_offload` is verl's `offload_policy`);
+    a verl launch's update is estimated as the role without `param_offload` (docs/memory.md, Offload)."""
     if role.kind in TRAINED:
         if role.get("param_offload"):
             return "params", "adapters", "grads", "optimizer"
@@ -447,10 +450,16 @@ def role_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | 
         # frees the activations, the LM head's first (none for adapters or a value head)
         update = f"{role.name}.update"
         head = 0 if lora_rank(role) or role.kind == "critic" else (shape.vocab or 0) * (shape.hidden or 0)
-        need.phases[update] = backward_peak(need.phases.get(update, {}),
-                                            grads=_ceil_div(trained * MASTER_BYTES, shard),
+        grads = _ceil_div(trained * MASTER_BYTES, shard)
+        need.phases[update] = backward_peak(need.phases.get(update, {}), grads=grads,
                                             head_grads=_ceil_div(head * MASTER_BYTES, shard),
                                             accumulated=update in accumulated, tied=bool(head) and shape.tied)
+        if role.get("optimizer_offload") and not role.get("param_offload"):
+            # the moments come back to the device for each optimizer step (workers/offload.py state_on_device),
+            # beside the gradients, once the backward has freed the activations: the update peaks at the larger
+            step = {"grads": grads, "optimizer_step": need.resident["optimizer"]}
+            if sum(step.values()) > sum(need.phases[update].values()):
+                need.phases[update] = step
     elif role.kind in FROZEN:
         need.resident["params"] = 0 if shares_actor_base(program, role) else _ceil_div(P * b, shard)
     elif role.kind == "rollout":

@@ -33,7 +33,8 @@ def first_cause(program: Program, row: MemoryRow, capacity: int, roles: dict[str
     total = sum(items.values())
     over = f", more than the device's {format_bytes(capacity)}" if total > capacity else ""
     if role is not None and role.kind in TRAINED:
-        state = {k: v for k, v in items.items() if k in ("params", "adapters", "grads", "optimizer")}
+        state = {k: v for k, v in items.items() if k in ("params", "adapters", "grads", "optimizer",
+                                                         "optimizer_step")}
         # the gradients exist during the update only; while another call peaks they are as large as the fp32
         # weights that train (the adapters of a LoRA actor)
         grads = state.get("grads", state.get("adapters", state.get("params", 0)))

@@ -89,7 +89,7 @@ def test_every_printed_fix_fits_when_applied(tmp_path):
 
 def test_kv_advice_never_says_tp_when_tp_does_not_shrink_it(tmp_path):
     text = spec("pool gpus { nodes = 1  devices_per_node = 1  device = gpu  memory = 80GiB }\n"
-                "role actor { model = big  pool = gpus  dtype = bf16  optimizer_offload = true  micro_batch = 1 }\n"
+                "role actor { model = big  pool = gpus  dtype = bf16  micro_batch = 1  lora { rank = 8 } }\n"
                 "role rollout { colocate = actor  n = 64  max_new_tokens = 4096  dtype = bf16 }",
                 model=QWEN, data="batch_size = 64  max_prompt_length = 512")
     _, diagnostics = plan_text(tmp_path, text)
