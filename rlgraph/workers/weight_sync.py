@@ -127,19 +127,28 @@ def send_weights(module: torch.nn.Module, send: Transfer | None, *, device: torc
 
 
 def receive_weights(receive: Transfer, load: Callable[[list[tuple[str, torch.Tensor]]], None], *,
-                    device: torch.device | str = "cpu") -> int:
+                    device: torch.device | str = "cpu", keep_buckets: bool = False) -> int:
     """Take what `send_weights` streams (a non-zero rank of the sync group), calling `load` with each
-    bucket's (name, tensor) pairs as it arrives; bytes received."""
+    bucket's (name, tensor) pairs as it arrives; bytes received.
+
+    `keep_buckets`: for an engine whose `load` returns before it has read the tensors (SGLang answers once its
+    copies are queued, in its own processes): every bucket stays allocated until the last is loaded, so the
+    caching allocator cannot hand a bucket's memory to the next one while those copies wait (slime keeps its
+    buffers the same way). The receiving process allocates nothing on the device between syncs, and the
+    engine's next generation runs after its copies, so freeing them when the update ends is safe."""
     length = torch.zeros(1, dtype=torch.int64, device=device)
     receive(length)
     header = torch.empty(int(length.item()), dtype=torch.uint8, device=device)
     receive(header)
     received = 0
+    kept: list[torch.Tensor] = []
     for bucket in _decode(bytes(header.cpu().numpy())):
         flat = torch.empty(sum(bucket.numels), dtype=bucket.dtype, device=device)
         receive(flat)
         load(unpack(bucket, flat))
         received += flat.numel() * flat.element_size()
+        if keep_buckets:
+            kept.append(flat)
         del flat
     return received
 

@@ -96,6 +96,45 @@ def test_send_and_receive_over_a_gloo_group_of_their_own():
     assert len(loaded) > 2 and all(size <= 1024 or len(names) == 1 for size, names in zip(sizes, loaded))
 
 
+def _wire_of(module: torch.nn.Module, cap: int):
+    """What send_weights puts on the wire for `module`, as a receive that replays it."""
+    from collections import deque
+
+    wire: deque = deque()
+    ws.send_weights(module, lambda t: wire.append(t.clone()), cap=cap)
+    return lambda t: t.copy_(wire.popleft())
+
+
+@pytest.mark.parametrize("keep_buckets", [True, False])
+def test_buckets_an_engine_reads_later_stay_allocated_until_the_update_ends(keep_buckets):
+    """SGLang's load answers before its copies run and holds no reference to the tensors: a bucket freed
+    after its load may be handed to the next one while the copies wait. With keep_buckets every bucket's
+    buffer is alive (and distinct) until the last is loaded, then freed."""
+    import weakref
+
+    sender = _tiny_module()
+    buffers: list[weakref.ref] = []
+    received: list[torch.Tensor] = []  # what each bucket held when it was loaded
+    alive_at_each_load: list[int] = []
+
+    def load_later(pairs):  # keeps only what an IPC handle would: no reference
+        buffers.append(weakref.ref(pairs[0][1]._base))
+        received.append(pairs[0][1]._base.clone())
+        alive = [(ref(), then) for ref, then in zip(buffers, received) if ref() is not None]
+        alive_at_each_load.append(len(alive))
+        if keep_buckets:  # the copies still queued read what arrived: no later bucket wrote over it
+            assert all(torch.equal(now, then) for now, then in alive)
+            assert len({now.data_ptr() for now, _ in alive}) == len(alive)
+
+    ws.receive_weights(_wire_of(sender, cap=1024), load_later, keep_buckets=keep_buckets)
+    assert len(buffers) > 2
+    if keep_buckets:
+        assert alive_at_each_load == list(range(1, len(buffers) + 1))
+    else:  # without it each bucket is gone before the next arrives: the race on a GPU
+        assert alive_at_each_load == [1] * len(buffers)
+    assert all(ref() is None for ref in buffers)  # nothing outlives the update
+
+
 def test_an_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="expected gloo or nccl"):
         ws.open_group("127.0.0.1", 1, 0, 1, "mpi", rendezvous_timeout_s=1, collective_timeout_s=1, store=object())

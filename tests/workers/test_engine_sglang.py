@@ -200,6 +200,49 @@ def test_weights_come_back_before_a_sync_and_the_prefix_cache_is_flushed_before_
     ]
 
 
+def test_a_sync_into_sglang_keeps_every_bucket_until_the_update_ends(tokenizer):
+    """SGLang answers update_weights_from_tensor once its copies are queued, keeping no reference to the
+    tensors: the receiving process must not free a bucket (and receive the next into its memory) before the
+    update ends. DeviceProcess.receive_weights, over a stand-in group, into the adapter."""
+    import weakref
+    from collections import deque
+
+    from rlgraph.runtime.process import DeviceProcess
+    from rlgraph.workers import RolloutWorker
+    from rlgraph.workers import weight_sync as ws
+
+    class ReadsLater(StandInEngine):
+        buffers: list[weakref.ref] = []
+        alive: list[int] = []
+
+        def update_weights_from_tensor(self, named_tensors, flush_cache):
+            self.buffers.append(weakref.ref(named_tensors[0][1]._base))
+            self.alive.append(sum(ref() is not None for ref in self.buffers))
+            return super().update_weights_from_tensor(named_tensors, flush_cache)
+
+    wire: deque = deque()
+
+    class Group:  # a broadcast from rank 0 that replays what the sender put on the wire
+        def broadcast(self, tensor, root):
+            tensor.copy_(wire.popleft())
+            return self
+
+        def wait(self):
+            pass
+
+    sender = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+    ws.send_weights(sender, lambda t: wire.append(t.view(torch.uint8).clone()), cap=64)
+    worker = object.__new__(RolloutWorker)
+    worker.engine = SGLangEngine(ReadsLater(), tokenizer, eos_token_ids=[EOS], weight_names=None, memory_types=())
+    process = DeviceProcess("p1", 0, [], num_threads=1)
+    process.workers["rollout"] = worker
+    process.sync_groups["actor->rollout"] = (Group(), "gloo")
+    process.receive_weights("rollout", "actor->rollout")
+    assert not wire and len(ReadsLater.buffers) == 4  # four tensors, one bucket each at this cap
+    assert ReadsLater.alive == [1, 2, 3, 4]  # no bucket freed while the update ran
+    assert all(ref() is None for ref in ReadsLater.buffers)  # and none kept after it
+
+
 def test_weights_of_another_architecture_are_refused(adapter):
     with pytest.raises(ValueError, match="no parameter named transformer.h.0.attn.weight"):
         adapter.load_weights({"transformer.h.0.attn.weight": torch.ones(1)})
