@@ -16,7 +16,7 @@ is not its in-place alias, keeps the object-store path (`StepDriver.sync_through
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import ray
 
@@ -24,8 +24,15 @@ from rlgraph.plan.model import Plan
 from rlgraph.runtime.roles import ALIAS, WorkerSpec
 from rlgraph.workers.rendezvous import group_host
 
-if TYPE_CHECKING:
-    from rlgraph.runtime.lowering import Lowered
+
+class LoweredView(Protocol):
+    """What the syncs read of the lowered plan (rlgraph.runtime.lowering.Lowered, which imports this module:
+    said here as a protocol, so the two do not import each other)."""
+
+    processes: dict[str, Any]  # process id -> its Ray actor handle
+    info: dict[str, dict[str, Any]]  # process id -> where it runs (node_ip, ...)
+    groups: dict[str, Any]  # role -> its WorkerGroup
+    sync_edges: dict[tuple[str, str], SyncEdge]
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,7 @@ def collective_edges(plan: Plan, specs: dict[str, WorkerSpec]) -> list[SyncEdge]
     return edges
 
 
-def join_sync_groups(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, rendezvous_timeout_s: float,
+def join_sync_groups(plan: Plan, specs: dict[str, WorkerSpec], lowered: LoweredView, rendezvous_timeout_s: float,
                      collective_timeout_s: float) -> None:
     """Open the group of every collective edge (`lowered.sync_edges`): rank 0 opens a store on a port of
     its node, then every member joins it at once (a group forms only when all are there), waiting up to
@@ -76,7 +83,7 @@ def join_sync_groups(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered,
         lowered.sync_edges[(edge.source, edge.target)] = edge
 
 
-def start_sync(lowered: Lowered, edge: SyncEdge, bucket_bytes: int | None = None) -> list[Any]:
+def start_sync(lowered: LoweredView, edge: SyncEdge, bucket_bytes: int | None = None) -> list[Any]:
     """Start one sync over `edge`'s group; the refs to wait on. `bucket_bytes`: the bucket cap
     (None: rlgraph/workers/weight_sync.py BUCKET_BYTES)."""
     source = lowered.groups[edge.source]
