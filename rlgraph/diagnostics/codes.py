@@ -73,6 +73,7 @@ _ALL = [
     Code("oversubscribed", "error", "a device holds more than it can"),
     Code("out-of-memory", "error", "the estimated memory exceeds a device's capacity"),
     Code("memory-at-full-length", "warning", "only micro-batches of rows at full length exceed a device's capacity"),
+    Code("memory-within-error", "warning", "the estimate fits a device by less than its working memory's error"),
     Code("memory-unknown", "warning", "the memory of a role cannot be estimated"),
     Code("tokenizer-mismatch", "error", "a reward model reads token ids of another tokenizer"),
     Code("untrainable-dtype", "error", "a trained role in a dtype it cannot train in (fp16: no loss scaling)"),

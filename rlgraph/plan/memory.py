@@ -33,6 +33,8 @@ docs/memory.md writes out every formula; in short, per device:
   real, shorter rows stay under, it is a warning with the longest row that fits. An
   hf engine's KV cache is not such a case: it grows to the longest of all the rows
   it generates together, and one of hundreds reaching max_new_tokens is common.
+  A device that fits by less than its working memory's measured error is a
+  warning too (`memory-within-error`: "within the estimate's error: may not fit").
 - offload (`offloaded_items`): what a role keeps in host memory leaves its
   device's estimate and is listed in the row's `host` instead.
 
@@ -666,6 +668,7 @@ def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], p
             continue
         over = [r for r in rows if r.pool == pool.name and r.estimated_bytes > capacity]
         if not over:
+            out += _within_error(program, pool, [r for r in rows if r.pool == pool.name])
             continue
         worst = max(over, key=lambda r: r.estimated_bytes)
 
@@ -702,6 +705,39 @@ def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], p
             label=f"{format_bytes(capacity)} < {format_bytes(worst.estimated_bytes)}",
             notes=[(f"`{top_role}` holds the most", role.span)] if role is not None else ()))
     return out
+
+
+# How far the working memory of a pass (activations, logits) may be off: the worst of bench/calibrate_memory.py's
+# measurements (docs/memory.md, Calibration: every pass within 0.84-1.05 of its estimate). The weights, grads
+# and optimizer state are counted exactly; the GPU's allocator and context are not measured at all.
+WORKING_MEMORY_ERROR = 0.16
+WORKING_ITEMS = ("activations", "logits")
+
+
+def _within_error(program: Program, pool: PoolPlan, rows: list[MemoryRow]) -> list[Diagnostic]:
+    """A device that fits by less than its working memory's error: not a pass but a warning, since a
+    launch there may run out of memory as the measured ones could (verl's batch-size searches)."""
+    capacity = pool.device_memory_bytes
+
+    def error_of(row: MemoryRow) -> int:
+        working = sum(v for k, v in row.breakdown.items() if k.rpartition("/")[2] in WORKING_ITEMS)
+        return math.ceil(WORKING_MEMORY_ERROR * working)
+
+    close = [r for r in rows if r.estimated_bytes + error_of(r) > capacity]
+    if not close:
+        return []
+    worst = max(close, key=lambda r: r.estimated_bytes + error_of(r))
+    return [warning(
+        "memory-within-error",
+        f"within the estimate's error: may not fit: device {worst.device} of node {worst.node} of pool "
+        f"`{pool.name}` needs an estimated {format_bytes(worst.estimated_bytes)} of its "
+        f"{format_bytes(capacity)}, and its working memory (activations, logits) may be "
+        f"{WORKING_MEMORY_ERROR:.0%} larger: up to {format_bytes(worst.estimated_bytes + error_of(worst))}",
+        program.pools[pool.name].span_of("memory"),
+        "per device: " + " + ".join(f"{k} {format_bytes(v)}" for k, v in
+                                    sorted(worst.breakdown.items(), key=lambda kv: -kv[1]) if v),
+        "a smaller micro_batch or micro_batch_tokens leaves room for the error (docs/memory.md, Calibration)",
+        label=f"{format_bytes(worst.estimated_bytes)} of {format_bytes(capacity)}")]
 
 
 def _longest_that_fits(holds: Callable[[int], bool], length: int) -> int:
