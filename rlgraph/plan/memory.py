@@ -235,6 +235,22 @@ def model_shape(model: Decl, base: Path) -> ModelShape:
     )
 
 
+EXPERT_KEYS = ("experts", "experts_per_token", "expert_intermediate")
+
+
+def _partial_experts(model: Decl) -> Diagnostic | None:
+    """Some of the experts' keys without the others: the model cannot be counted as a mixture of experts."""
+    written = [k for k in EXPERT_KEYS if model.is_set(k)]
+    if not written or len(written) == len(EXPERT_KEYS):
+        return None
+    missing = [k for k in EXPERT_KEYS if k not in written]
+    return warning("memory-unknown", f"model `{model.name}` says {', '.join(f'`{k}`' for k in written)} but not "
+                   f"{', '.join(f'`{k}`' for k in missing)}: its experts are not counted", model.span_of(written[0]),
+                   "a mixture of experts needs all three: e.g. `experts = 128  experts_per_token = 8  "
+                   "expert_intermediate = 768` (config.json's num_experts, num_experts_per_tok, "
+                   "moe_intermediate_size)", label="incomplete")
+
+
 def _spec_experts(model: Decl) -> Experts | None:
     """The model block's `experts`, `experts_per_token`, `expert_intermediate`, `shared_expert_intermediate`."""
     if not (model.get("experts") and model.get("experts_per_token") and model.get("expert_intermediate")):
@@ -602,6 +618,9 @@ def _estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan], pl
         model_name = plan.model
         if model_name in program.models and model_name not in shapes:
             shapes[model_name] = model_shape(program.models[model_name], base)
+            partial = _partial_experts(program.models[model_name])
+            if partial is not None:
+                diagnostics.append(partial)
         need = role_need(program, role, plan, shapes.get(model_name), step, capacity.get(placed_pool.get(plan.name)))
         needs[plan.name], host_items[plan.name] = need, offloaded_items(role)
         if need.budget is not None:

@@ -99,3 +99,15 @@ def test_head_dim_from_config_json_and_from_the_model_block(tmp_path):
     block = 'model m { path = "Qwen/Qwen3-4B"  params = 4.0B  layers = 36  hidden = 2560  heads = 32  kv_heads = 8 '
     assert kv(block + " head_dim = 128 }", "b.rl") == from_config
     assert kv(block + " }", "c.rl") * 128 == from_config * 80  # without head_dim: 2560 / 32 = 80, too small
+
+
+def test_experts_without_their_size_is_a_warning_at_the_key(tmp_path):
+    text = spec(POOL + "role actor { model = big  pool = gpus  replicas = 8  strategy = fsdp  dtype = bf16 }\n"
+                "role rollout { colocate = actor  n = 4 }",
+                model='model big { path = "Qwen/Qwen3-30B-A3B"  params = 30.5B  layers = 48  hidden = 2048 '
+                      "heads = 32  kv_heads = 4  head_dim = 128  vocab = 151936  experts = 128 }")
+    _, diagnostics = plan_text(tmp_path, text)
+    unknown = [d for d in diagnostics if d.code == "memory-unknown"]
+    assert len(unknown) == 1 and "`experts_per_token`, `expert_intermediate`" in unknown[0].message
+    line = text.splitlines()[unknown[0].span.line - 1]
+    assert line[:unknown[0].span.column - 1].endswith("experts = ")  # at the value of `experts`
