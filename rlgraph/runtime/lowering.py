@@ -126,6 +126,37 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
     `process_class` is what each process runs: DeviceProcess, or a subclass of it (tests inject faults
     and delays with one; it must be importable or picklable by value in Ray's worker processes).
     """
+    start_processes(plan, specs, lowered, timeout_s=timeout_s, process_class=process_class)
+    clock = time.perf_counter()
+
+    # --- the data-parallel groups before the workers: a worker that will be sharded builds its model empty
+    # (workers/fsdp.py). This wait includes starting the processes of the groups.
+    join_data_parallel_groups(plan, lowered, {p.name: p for p in plan.pools}, timeout_s)
+    lowered.seconds["data_parallel"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+
+    # --- build the workers, all processes at once (this wait includes starting the other processes)
+    setups = {process: handle.setup.remote() for process, handle in lowered.processes.items()}
+    for process, ref in setups.items():
+        lowered.info[process] = ray.get(ref)
+
+    roles = {r.name: r for r in plan.roles}
+    sharded = sharded_roles(plan, specs)
+    for role in roles:
+        members = [Member(lowered.processes[p.process], p.replica, p.process) for p in plan.placements_of(role)]
+        lowered.groups[role] = WorkerGroup(role, roles[role].kind, members, sharded=role in sharded)
+    shard_data_parallel_groups(plan, lowered)
+    lowered.seconds["workers"] = time.perf_counter() - clock  # models loaded (and sharded)
+    clock = time.perf_counter()
+    join_sync_groups(plan, specs, lowered, timeout_s, COLLECTIVE_TIMEOUT_S)
+    lowered.seconds["weight_sync_groups"] = time.perf_counter() - clock
+    return lowered
+
+
+def start_processes(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *,
+                    timeout_s: float = DEFAULT_PLACEMENT_TIMEOUT_S, process_class: type = DeviceProcess) -> None:
+    """Reserve the devices and start one process per device (per tp group), each shown its devices (no worker
+    is built yet: `lower` goes on from here)."""
     clock = time.perf_counter()
     where = process_placements(plan)
     pools = {p.name: p for p in plan.pools}
@@ -175,29 +206,37 @@ def lower(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, *, timeout
         lowered.processes[process] = handle
         roles = ", ".join(f"`{role}` replica {replica}" for role, replica in w.hosted)
         lowered.actor_names[handle._actor_id.hex()] = f"process {process} ({roles}) on node {w.node} of pool `{w.pool}`"
+    show_span_devices(plan, where, lowered)  # before anything touches CUDA, the data-parallel groups included
 
-    # --- the data-parallel groups before the workers: a worker that will be sharded builds its model empty
-    # (workers/fsdp.py). This wait includes starting the processes of the groups.
-    join_data_parallel_groups(plan, lowered, pools, timeout_s)
-    lowered.seconds["data_parallel"] = time.perf_counter() - clock
-    clock = time.perf_counter()
 
-    # --- build the workers, all processes at once (this wait includes starting the other processes)
-    setups = {process: handle.setup.remote() for process, handle in lowered.processes.items()}
-    for process, ref in setups.items():
-        lowered.info[process] = ray.get(ref)
+def device_spans(plan: Plan, where: dict[str, ProcessPlacement]) -> dict[str, tuple[str, ...]]:
+    """Process -> the processes that own the devices its replicas run on, itself first. A replica with tp > 1
+    spans devices of other processes: a colocated rollout lives in the process of its first device, and the
+    others belong to the processes of the role it is colocated with."""
+    owner = {(w.pool, w.node, device): w.process for w in where.values() for device in w.devices}
+    spans: dict[str, tuple[str, ...]] = {}
+    for process, rows in plan.processes().items():
+        span = [process]
+        for row in rows:
+            span += [owner[(row.pool, row.node, device)] for device in row.devices or [row.device]
+                     if owner[(row.pool, row.node, device)] not in span]
+        spans[process] = tuple(span)
+    return spans
 
-    roles = {r.name: r for r in plan.roles}
-    sharded = sharded_roles(plan, specs)
-    for role in roles:
-        members = [Member(lowered.processes[p.process], p.replica, p.process) for p in plan.placements_of(role)]
-        lowered.groups[role] = WorkerGroup(role, roles[role].kind, members, sharded=role in sharded)
-    shard_data_parallel_groups(plan, lowered)
-    lowered.seconds["workers"] = time.perf_counter() - clock  # models loaded (and sharded)
-    clock = time.perf_counter()
-    join_sync_groups(plan, specs, lowered, timeout_s, COLLECTIVE_TIMEOUT_S)
-    lowered.seconds["weight_sync_groups"] = time.perf_counter() - clock
-    return lowered
+
+def show_span_devices(plan: Plan, where: dict[str, ProcessPlacement], lowered: Lowered) -> None:
+    """Ray shows each process the GPUs of its own bundle (CUDA_VISIBLE_DEVICES). A process whose replicas span
+    the devices of others is shown theirs too, after its own, so its own GPU stays cuda:0 for the roles it
+    hosts, and a tp engine sees all of its span (as verl's SGLang rollout gathers its tp group's devices)."""
+    pools = {p.name: p for p in plan.pools}
+    spans = {process: span for process, span in device_spans(plan, where).items()
+             if len(span) > 1 and pools[where[process].pool].device == "gpu"}
+    if not spans:
+        return
+    needed = sorted({process for span in spans.values() for process in span})
+    ids = dict(zip(needed, ray.get([lowered.processes[process].gpu_ids.remote() for process in needed])))
+    ray.get([lowered.processes[process].see_devices.remote([gpu for other in span for gpu in ids[other]])
+             for process, span in spans.items()])
 
 
 def data_parallel_groups(plan: Plan) -> list[tuple[str, ...]]:

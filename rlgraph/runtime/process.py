@@ -86,13 +86,42 @@ class DeviceProcess:
         try:
             # a rollout engine may honour seeds only in a mode of its own (SGLang): train.deterministic turns it on
             kwargs = {"deterministic": spec.deterministic} if spec.worker == "rollout" else {}
-            return cls(spec.model_path, spec.settings, seed=spec.seed, **kwargs)
+            return cls(spec.model_path, spec.settings, seed=spec.seed, device=self.device(), **kwargs)
         except Exception as err:  # a checkpoint's file that cannot be read: named, with what to delete
             from rlgraph.runtime.checkpoint import damaged_load
 
             if (damaged := damaged_load(spec.model_path, err)) is not None:
                 raise damaged from None
             raise
+
+    # --- devices: Ray shows a process its bundle's GPUs; one hosting a tp replica is shown its span's too ---
+
+    def gpu_ids(self) -> list[str]:
+        """The GPUs Ray gave this process (their ids on the node), before `setup`."""
+        import ray
+
+        return [str(i) for i in ray.get_gpu_ids()]
+
+    def see_devices(self, gpu_ids: list[str]) -> None:
+        """Show this process these GPUs (node ids, its own first), before anything touches CUDA: a replica it
+        hosts spans devices of other processes (a colocated rollout with tp > 1, in its first device's process)."""
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+
+    def device(self) -> str | None:
+        """The device its workers use: its own GPU (the first Ray gave it, in this process's numbering); None
+        without one (the workers' default: the CPU on a cpu pool, whose processes Ray shows no GPU)."""
+        try:
+            import ray
+
+            gpu_ids = ray.get_gpu_ids()
+        except Exception:  # not under Ray (a unit test)
+            return None
+        return f"cuda:{visible_device_index(gpu_ids, os.environ.get('CUDA_VISIBLE_DEVICES'))}" if gpu_ids else None
+
+    def devices(self) -> dict[str, Any]:
+        """What this process sees and uses, read without touching CUDA."""
+        return {"process": self.process_id, "gpu_ids": self.gpu_ids(),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "device": self.device()}
 
     def where(self) -> dict[str, Any]:
         """Where this process runs, recorded from inside at setup: the Ray node id and placement group id
@@ -394,7 +423,8 @@ def rng_state() -> dict[str, Any]:
         },
     }
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        # the current device's only: get_rng_state_all would open a context on every GPU the process sees
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
@@ -413,4 +443,5 @@ def set_rng_state(state: dict[str, Any]) -> None:
         "gauss": numpy["gauss"],
     })
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        cuda = state["cuda"]  # a list (every visible GPU's) in checkpoints of earlier versions: the first is ours
+        torch.cuda.set_rng_state(cuda[0] if isinstance(cuda, list) else cuda)

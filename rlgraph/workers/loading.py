@@ -8,8 +8,11 @@ import torch
 
 
 def default_device(device: str | torch.device | None) -> torch.device:
-    """The given device, else the first GPU that this process sees, else the CPU."""
-    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    """The given device, else the first GPU that this process sees, else the CPU; a GPU with its index (under
+    Ray the process passes its own: rlgraph/runtime/process.py DeviceProcess.device)."""
+    from rlgraph.workers.cuda import indexed_device
+
+    return indexed_device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def as_dtype(dtype: torch.dtype | str) -> torch.dtype:

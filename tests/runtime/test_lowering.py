@@ -11,7 +11,7 @@ import ray
 from rlgraph.contract import settings as s
 from rlgraph.plan.model import Placement, Plan, PoolPlan, RolePlan
 from rlgraph.runtime.errors import PlacementError
-from rlgraph.runtime.lowering import Lowered, lower, process_placements
+from rlgraph.runtime.lowering import Lowered, device_spans, lower, process_placements
 from rlgraph.runtime.roles import worker_specs
 
 from .plans import REF, ROLLOUT, grpo_plan
@@ -48,6 +48,19 @@ def test_every_process_owns_one_bundle_with_all_its_devices():
     assert {p: (w.bundle, w.devices) for p, w in where.items()} == {"actor/0": (0, (0,)), "actor/1": (1, (1,))}
     tp = process_placements(tp_plan("/m"))["rollout/0"]
     assert (tp.bundle, tp.devices) == (0, (0, 1))
+
+
+def test_a_colocated_tp_replica_spans_the_processes_of_its_devices():
+    """specs/ppo_qwen7b_rm_2x8.rl: each SGLang replica (tp = 2) lives in the actor process of its first device and
+    needs the GPU of the next one too; a tp group with a process of its own, and every other process, only its own."""
+    from .helpers import REPO, plan_from_spec
+
+    plan = plan_from_spec(REPO / "specs" / "ppo_qwen7b_rm_2x8.rl")
+    spans = {process: span for process, span in device_spans(plan, process_placements(plan)).items() if len(span) > 1}
+    assert spans == {"actor/0": ("actor/0", "actor/1"), "actor/2": ("actor/2", "actor/3"),
+                     "actor/4": ("actor/4", "actor/5"), "actor/6": ("actor/6", "actor/7")}
+    own = tp_plan("/m")
+    assert device_spans(own, process_placements(own)) == {"rollout/0": ("rollout/0",)}
 
 
 def test_a_tp_group_is_one_process_that_holds_its_devices(ray_session, arith_model):

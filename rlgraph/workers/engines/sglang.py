@@ -93,12 +93,13 @@ class SGLangEngine(Engine):
                            max_sequences=max_sequences, deterministic=deterministic)
         visible = torch.cuda.device_count()
         if visible < args["base_gpu_id"] + tp:
-            # a colocated replica lives in the process of its first device; Ray shows each process its own GPUs
+            # a colocated replica lives in the process of its first device; the lowering shows that process the
+            # GPUs of the others in its span (rlgraph/runtime/lowering.py show_span_devices)
             raise ValueError(f"the sglang engine with tp = {tp} needs GPUs cuda:{args['base_gpu_id']} to "
-                             f"cuda:{args['base_gpu_id'] + tp - 1} visible to its process, which sees {visible}. "
-                             "A colocated rollout with tp > 1 spans the devices of several processes: start Ray "
-                             "with RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1, or give the rollout a pool of "
-                             "its own")
+                             f"cuda:{args['base_gpu_id'] + tp - 1} visible to its process, which sees {visible} "
+                             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}). Do not set "
+                             "CUDA_VISIBLE_DEVICES inside the workers; started by hand, show the process all the "
+                             "GPUs of the replica")
         tokenizer = load_tokenizer(path)
         engine = sglang.Engine(**args)
         return cls(engine, tokenizer, eos_token_ids=stop_token_ids(tokenizer.eos_token_id, shipped_eos_ids(path)),
