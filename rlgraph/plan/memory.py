@@ -36,7 +36,10 @@ docs/memory.md writes out every formula; in short, per device:
   A device that fits by less than its working memory's measured error is a
   warning too (`memory-within-error`: "within the estimate's error: may not fit").
 - offload (`offloaded_items`): what a role keeps in host memory leaves its
-  device's estimate and is listed in the row's `host` instead.
+  device's estimate and is listed in the row's `host` instead; `optimizer_offload`'s
+  moments come back for each optimizer step (`optimizer_step`, part of the update).
+- a mixture of experts (`Experts`): all its parameters for weights, grads, Adam
+  state and a rollout's copy; the experts a token is routed to for activations.
 
 The model's size comes from the model block (`params`, `layers`, ...), else
 from the folder's config.json read as plain JSON, else from BUILTIN_MODELS.
