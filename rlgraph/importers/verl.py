@@ -594,14 +594,20 @@ class _Importer:
 
     def _offload(self, block: _Block, home: str, prefix: str, devices: int) -> None:
         cfg = self.cfg
-        params = cfg.bool(f"{prefix}.param_offload", False)
-        if params and devices < 2:
-            # rlgraph offloads only sharded parameters (FSDP2's CPUOffloadPolicy over 2+ replicas); verl's
-            # param_offload on one device moves the whole model in and out around each call
-            self._note(home, f"{prefix}.param_offload", "rlgraph offloads only sharded parameters (fsdp over 2 or "
+        # verl's fsdp_config.param_offload keeps a trained role's state on the host between calls and loads it
+        # onto the device for each update (load_fsdp_model_to_gpu, load_fsdp_optimizer): the update's peak holds
+        # it all, as a role without offload does, so it maps to nothing. rlgraph's param_offload (FSDP2's
+        # CPUOffloadPolicy: the state stays on the host, the optimizer steps there) is verl's offload_policy.
+        if cfg.bool(f"{prefix}.param_offload", False) or cfg.has(f"{prefix}.param_offload"):
+            self._note(home, f"{prefix}.param_offload", "verl moves the state back to the device for each update, "
+                       "so the update's peak is a role's without offload, which is what rlgraph plans",
+                       kind="as rlgraph")
+        policy = cfg.bool(f"{prefix}.offload_policy", False)
+        if policy and devices < 2:
+            self._note(home, f"{prefix}.offload_policy", "rlgraph offloads only sharded parameters (fsdp over 2 or "
                        "more replicas); this role has one device", warn=True)
-        elif params or cfg.has(f"{prefix}.param_offload"):
-            block.set("param_offload", params, _short(cfg.name(f"{prefix}.param_offload")))
+        elif policy or cfg.has(f"{prefix}.offload_policy"):
+            block.set("param_offload", policy, _short(cfg.name(f"{prefix}.offload_policy")))
         optimizer = cfg.bool(f"{prefix}.optimizer_offload", False)
         if optimizer or cfg.has(f"{prefix}.optimizer_offload"):
             block.set("optimizer_offload", optimizer, _short(cfg.name(f"{prefix}.optimizer_offload")))

@@ -230,3 +230,21 @@ python3 -m verl.trainer.main_ppo a.n=$N a.rest="$REST"
 """, "run.sh")
     assert [(s.key, s.value) for s in launch.settings] == [("a.n", 4), ("a.rest", "a b")]
     assert launch.warnings == []  # the heredoc's $(date) is not run; the wait loop sets nothing
+
+
+def _actor(text: str) -> str:
+    return text.split("role actor {", 1)[1].split("\n}", 1)[0]
+
+
+def test_verls_param_offload_is_not_rlgraphs_the_update_holds_the_state_on_the_device():
+    """verl loads an offloaded actor's state onto the device for each update (load_fsdp_model_to_gpu): its peak is
+    a role's without offload, so the import leaves rlgraph's param_offload (FSDP2's CPUOffloadPolicy) off."""
+    text, _ = _import("grpo_trainer_run_qwen3_8b_fsdp.sh", ["actor_rollout_ref.actor.fsdp_config.param_offload=True"])
+    actor = _actor(text)
+    assert "param_offload = true" not in actor
+    assert "verl: actor.fsdp_config.param_offload=True (as rlgraph:" in actor
+
+
+def test_verls_offload_policy_is_rlgraphs_param_offload():
+    text, _ = _import("grpo_trainer_run_qwen3_8b_fsdp.sh", ["actor_rollout_ref.actor.fsdp_config.offload_policy=True"])
+    assert "param_offload = true  # verl: actor.fsdp_config.offload_policy" in _actor(text)
