@@ -23,6 +23,10 @@ class Shape:
     vocab: int
     intermediate: int  # the MLP's inner size: with tied embeddings it does not follow from params
     note: str = ""
+    head_dim: int | None = None  # config.json's head_dim where it is not hidden / heads (Qwen3)
+    experts: int | None = None  # a mixture of experts: routed experts per layer,
+    experts_per_token: int | None = None  # how many a token is routed to,
+    expert_intermediate: int | None = None  # and each expert's MLP inner size (moe_intermediate_size)
 
 
 _QWEN2_7B = Shape("7.6B", 28, 3584, 28, 4, 152064, 18944)
@@ -44,8 +48,10 @@ SHAPES: dict[str, Shape] = {
     "qwen2.5-32b": Shape("32.8B", 64, 5120, 40, 8, 152064, 27648),
     "qwen2-72b": Shape("72.7B", 80, 8192, 64, 8, 152064, 29568),
     "qwen2.5-72b": Shape("72.7B", 80, 8192, 64, 8, 152064, 29568),
-    "qwen3-4b": Shape("4.0B", 36, 2560, 32, 8, 151936, 9728),
-    "qwen3-8b": Shape("8.2B", 36, 4096, 32, 8, 151936, 12288),
+    "qwen3-4b": Shape("4.0B", 36, 2560, 32, 8, 151936, 9728, head_dim=128),
+    "qwen3-8b": Shape("8.2B", 36, 4096, 32, 8, 151936, 12288, head_dim=128),
+    "qwen3-30b-a3b": Shape("30.5B", 48, 2048, 32, 4, 151936, 6144, head_dim=128, experts=128, experts_per_token=8,
+                           expert_intermediate=768),
     "qwen2.5-vl-7b": Shape("8.3B", 28, 3584, 28, 4, 152064, 18944,
                            "the language model's shape; the vision tower's 0.7B parameters are in params only"),
     "meta-llama-3-8b": _LLAMA3_8B,

@@ -461,8 +461,9 @@ class _Importer:
             if shape.note:
                 block.comments.append(shape.note)
             block.set("params", _Name(shape.params))
-            for key in ("layers", "hidden", "heads", "kv_heads", "vocab", "intermediate"):
-                block.set(key, getattr(shape, key))
+            for key in ("layers", "hidden", "heads", "kv_heads", "vocab", "intermediate", "head_dim", "experts",
+                        "experts_per_token", "expert_intermediate"):
+                block.set(key, getattr(shape, key))  # None (a dense model, head_dim = hidden / heads): not written
         elif local_config(path):
             block.comments.append("a model folder on this machine: the memory estimate reads its shape from "
                                   "config.json there")

@@ -248,3 +248,11 @@ def test_verls_param_offload_is_not_rlgraphs_the_update_holds_the_state_on_the_d
 def test_verls_offload_policy_is_rlgraphs_param_offload():
     text, _ = _import("grpo_trainer_run_qwen3_8b_fsdp.sh", ["actor_rollout_ref.actor.fsdp_config.offload_policy=True"])
     assert "param_offload = true  # verl: actor.fsdp_config.offload_policy" in _actor(text)
+
+
+def test_a_mixture_of_experts_is_imported_with_its_experts_and_head_dim():
+    """Qwen3-30B-A3B: 30.5B parameters in all (each expert counted for memory), head_dim 128 (not hidden / heads)."""
+    text, _ = _import("router_replay_run_qwen3_30b_a3b_megatron.sh", AS_FSDP)
+    for line in ("params = 30.5B", "head_dim = 128", "experts = 128", "experts_per_token = 8",
+                 "expert_intermediate = 768"):
+        assert f"  {line}\n" in text, line
