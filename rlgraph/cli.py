@@ -8,6 +8,7 @@ Exit codes: 0 clean, 1 errors found, 2 usage error.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
@@ -98,7 +99,33 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run one command. SIGTERM and Ctrl-C belong to one StopRequest (runtime/signals.py) from here to the
+    end: a signal ends a command with one line and its exit code (143, 130), never a traceback.
+
+    Called without `argv` (the program itself: the `rlgraph` script, `python -m rlgraph.cli`), after a signal or
+    when the run's own Ray died under it, the process ends here at once (os._exit): Ray's exit hook would wait
+    60 s on a dead GCS, and a thread still importing torch (pre-flight, stopped during start-up) can crash the
+    interpreter's finalization. What rlgraph started is already stopped, its output flushed."""
+    from rlgraph.runtime.signals import StopRequest
+
+    stop = StopRequest()
+    with stop.installed():
+        try:
+            code = _command(_parser().parse_args(argv), stop)
+        except KeyboardInterrupt:
+            if not stop.received:
+                raise
+            sys.stderr.write(f"rlgraph: stopped by {stop.first_name}\n")
+            code = stop.exit_code
+    cluster = sys.modules.get("rlgraph.runtime.cluster")
+    if argv is None and (stop.received or (cluster is not None and cluster.RAY_LEFT_DEAD.is_set())):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _command(args: argparse.Namespace, stop) -> int:
     if args.command == "check":
         from rlgraph.commands.check import check_command
         return check_command(args.files, args.overrides, args.format)
@@ -118,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         from rlgraph.commands.run import run_command
         return run_command(args.file, args.overrides, args.output, args.address, resume=not args.no_resume,
-                           accept_changes=args.accept_changes)
+                           accept_changes=args.accept_changes, stop=stop)
     if args.command == "import":
         from rlgraph.commands.import_verl import import_verl_command
         return import_verl_command(args.file, args.device_memory, args.output, args.overrides)

@@ -3,7 +3,8 @@
 Exit codes: 0 trained, 1 the spec has errors or the run failed for a reason the message gives
 (no traceback: every such failure is a RunError) or another run holds the run directory, 143 stopped by
 SIGTERM, 130 by Ctrl-C. SIGTERM and a first Ctrl-C finish the step in progress and checkpoint it; a second
-Ctrl-C stops at once. Either way the last line says how to resume.
+Ctrl-C stops at once; a signal before the first step (compiling, pre-flight, starting Ray) stops at once too,
+in one line saying what it interrupted. Either way the last line says how to resume.
 """
 
 from __future__ import annotations
@@ -21,11 +22,50 @@ EXIT_OK, EXIT_ERRORS, EXIT_INTERRUPTED = 0, 1, 130
 
 
 def run_command(file: str, overrides: list[str], output: str | None, address: str | None, resume: bool = True,
-                accept_changes: bool = False) -> int:
+                accept_changes: bool = False, stop=None) -> int:
+    """`stop`: the StopRequest that owns SIGTERM and SIGINT (cli.main installs it first thing)."""
+    from rlgraph.runtime.signals import StopRequest
+
+    stop = stop or StopRequest()
+    console = Console()
+    with stop.installed():
+        run_dir = Path(output) if output else default_run_dir(file)
+        try:
+            return _run_command(console, file, overrides, output, address, resume, accept_changes, stop)
+        except KeyboardInterrupt:
+            if not stop.received:  # not a signal of ours (e.g. a test's own KeyboardInterrupt)
+                raise
+            if (stop.run_dir or run_dir).is_dir():
+                run_dir = stop.run_dir or run_dir
+            console.print(stopped_line(stop, run_dir, escape(resume_command(file, overrides, run_dir, address))),
+                          highlight=False, soft_wrap=True)
+            return stop.exit_code
+
+
+def stopped_line(stop, run_dir: Path, again: str, cause: str = "") -> str:
+    """What `rlgraph run` says last when a signal stopped it without a checkpoint of the step in progress: what
+    the signal interrupted, the last complete checkpoint, and the command that goes on."""
+    from rlgraph.runtime.checkpoint import latest_checkpoint
+
+    latest = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    if stop.deferring:  # in the loop: a second Ctrl-C, or the signal reached Ray too (`cause`)
+        how = "at once" if not cause else f"by {stop.first_name}{cause}"
+        if latest is None:
+            return f"[yellow]stopped[/] {how}; there is no checkpoint yet. Start again with: {again}"
+        return (f"[yellow]stopped[/] {how}; the last complete checkpoint is step {latest.step} "
+                f"({escape(str(latest.path))}). Resume with: {again}")
+    how = f"[yellow]stopped[/] by {stop.first_name} while {stop.phase}{cause}"
+    if latest is None:
+        return f"{how}; nothing was trained. Start again with: {again}"
+    return (f"{how}; nothing new was trained, the last complete checkpoint is step {latest.step} "
+            f"({escape(str(latest.path))}). Resume with: {again}")
+
+
+def _run_command(console: Console, file: str, overrides: list[str], output: str | None, address: str | None,
+                 resume: bool, accept_changes: bool, stop) -> int:
     from rlgraph.runtime.errors import RunError
     from rlgraph.runtime.lock import RunDirLock
 
-    console = Console()
     plan = None
     if file.endswith(".json"):  # a saved plan (a run directory's plan.json): runs as it is, no compiler
         plan = load_plan(file, overrides)
@@ -41,7 +81,7 @@ def run_command(file: str, overrides: list[str], output: str | None, address: st
     try:
         if run_dir.is_dir():
             lock.acquire()
-        return _compile_and_train(console, file, overrides, plan, run_dir, address, resume, accept_changes, lock)
+        return _compile_and_train(console, file, overrides, plan, run_dir, address, resume, accept_changes, lock, stop)
     except RunError as err:  # the directory is another run's, or cannot be created
         console.print(f"[bold red]error[/]: {escape(str(err))}", highlight=False, soft_wrap=True)
         return EXIT_ERRORS
@@ -50,7 +90,9 @@ def run_command(file: str, overrides: list[str], output: str | None, address: st
 
 
 def _compile_and_train(console: Console, file: str, overrides: list[str], plan, run_dir: Path, address: str | None,
-                       resume: bool, accept_changes: bool, lock) -> int:
+                       resume: bool, accept_changes: bool, lock, stop) -> int:
+    stop.run_dir = run_dir
+    stop.phase = "compiling the spec"
     if plan is not None:
         write_inputs = inputs_writer(plan, run_dir, plan_file=file)
     else:
@@ -63,25 +105,30 @@ def _compile_and_train(console: Console, file: str, overrides: list[str], plan, 
             return EXIT_ERRORS
         write_inputs = inputs_writer(spec, run_dir)
     lock.acquire()
-    return _train(console, file, overrides, plan, run_dir, address, resume, accept_changes, write_inputs)
+    return _train(console, file, overrides, plan, run_dir, address, resume, accept_changes, write_inputs, stop)
 
 
 def _train(console: Console, file: str, overrides: list[str], plan, run_dir: Path, address: str | None, resume: bool,
-           accept_changes: bool, write_inputs) -> int:
+           accept_changes: bool, write_inputs, stop) -> int:
     # Only now the heavy part: ray loads here, torch and transformers in run_plan while Ray starts.
     from rlgraph.runtime import RunError, history
     from rlgraph.runtime.console import RunConsole
-    from rlgraph.runtime.signals import NAMES, StopRequest, Stopped
+    from rlgraph.runtime.signals import NAMES, Stopped
 
+    stop.phase = "loading the runtime"
     run_console = RunConsole(console, ray_log=run_dir / RAY_LOG)
     console.print(f"[bold]rlgraph run[/] {escape(file)} -> {escape(str(run_dir))}", highlight=False)
-    stop = StopRequest(run_console.log)
+    stop.log = run_console.log
     again = escape(resume_command(file, overrides, run_dir, address))
     try:
         train(plan, run_dir, write_inputs, invocation=history.invocation(file, overrides), console=run_console,
               stop=stop, address=address, resume=resume, accept_changes=accept_changes)
     except RunError as err:
         run_console.stop()
+        if stop.received:  # it failed while stopping: the signal reached the run's Ray processes too
+            cause = f" (it reached the run's Ray processes too: {escape(str(err).splitlines()[0])})"
+            console.print(stopped_line(stop, run_dir, again, cause), highlight=False, soft_wrap=True)
+            return stop.exit_code
         resume = f" Resume with: {again}" if err.resumable else ""
         console.print(f"[bold red]error[/]: {escape(str(err))}{resume}", highlight=False, soft_wrap=True)
         return EXIT_ERRORS
@@ -94,19 +141,9 @@ def _train(console: Console, file: str, overrides: list[str], plan, run_dir: Pat
             console.print(f"[yellow]stopped[/] by {NAMES[stopped.signum]} after step {stopped.step}, checkpointed in "
                           f"{escape(str(stopped.checkpoint))}. Resume with: {again}", highlight=False, soft_wrap=True)
         return stopped.exit_code
-    except KeyboardInterrupt:  # a second Ctrl-C, or a signal during start-up
+    except KeyboardInterrupt:  # a second Ctrl-C, or a signal before the loop: run_command says what it stopped
         run_console.stop()
-        how = "at once" if len(stop.received) > 1 else \
-            f"by {NAMES.get(stop.received[0] if stop.received else 0, 'Ctrl-C')} during start-up"
-        from rlgraph.runtime.checkpoint import latest_checkpoint
-
-        latest = latest_checkpoint(run_dir) if run_dir.is_dir() else None
-        if latest is None:
-            where = f"there is no checkpoint yet. Start again with: {again}"
-        else:
-            where = f"the last complete checkpoint is step {latest.step} ({escape(str(latest.path))}). Resume with: {again}"
-        console.print(f"[yellow]stopped[/] {how}; {where}", highlight=False, soft_wrap=True)
-        return stop.exit_code
+        raise
     return EXIT_OK
 
 

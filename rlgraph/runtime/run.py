@@ -72,12 +72,15 @@ def run_plan(
     # (ray.init mostly waits for Ray's own processes, whose workers import torch meanwhile).
     from rlgraph.runtime.preflight import check
 
+    phase = (lambda what: setattr(stop, "phase", what)) if stop is not None else (lambda what: None)
+    phase("checking the run's inputs")  # what a signal before the loop interrupted: `rlgraph run` says it
     clock = time.perf_counter()
     checked = check(plan, starting_locally=starting_locally)
     checked_s = time.perf_counter() - clock
     checking = InBackground(_prepare, plan, checked)
     clock = time.perf_counter()
     with contextlib.ExitStack() as cluster_started:
+        phase("starting Ray")
         try:
             cluster = cluster_started.enter_context(ray_cluster(plan, address))
         except RunError:
@@ -86,6 +89,7 @@ def run_plan(
         startup["startup_s/ray"] = time.perf_counter() - clock
         if stop is not None:
             stop.install()  # ray.init replaced the handlers with its own
+        phase("checking the run's inputs")
         prepared = checking.result()
         startup["startup_s/preflight"] = checked_s + checking.seconds  # the two parts; the second overlaps `ray`
         # the pre-flight thread imported these (torch among them): free now
@@ -143,6 +147,7 @@ def run_plan(
             # one that dies while a recovery restarts them counts as one more failure
             running = recoveries > 0
             try:
+                phase("starting the run's processes")
                 with ray_errors(lowered.actor_names):
                     lower(plan, specs, lowered, timeout_s=timeout_s)
                 running = True
@@ -150,12 +155,13 @@ def run_plan(
                 trainer = Trainer(plan, lowered, specs, prepared, run_dir, console)
                 if resume_from is not None:
                     clock = time.perf_counter()
+                    phase("restoring the checkpoint")
                     trainer.restore(resume_from)
                     startup["startup_s/restore"] = time.perf_counter() - clock
                 startup["startup_s/total"] = time.perf_counter() - started
                 return trainer.fit(started, startup, stop=stop, on_step=on_step)
             except ProcessDiedError as err:
-                if not running:
+                if not running or (stop is not None and stop.requested):  # stopping: a signal may have killed it
                     raise
                 if recoveries >= plan.train.max_failures:
                     raise _failures_spent(err, recoveries, plan.train.max_failures, ckpt.latest_checkpoint(run_dir)) from None
@@ -171,7 +177,8 @@ def run_plan(
                 started, startup = time.perf_counter(), {"training/recoveries": recoveries}
             finally:
                 console.stop()
-                lowered.shutdown()
+                if cluster.alive():  # a call to a dead Ray waits 60 s, then aborts (cluster.py)
+                    lowered.shutdown()
 
 
 def _failures_spent(err: ProcessDiedError, recoveries: int, budget: int, latest: Checkpoint | None) -> FailuresSpentError:

@@ -1,17 +1,17 @@
 """Preemption: SIGTERM (what a scheduler sends before it kills a job) and Ctrl-C stop a run cleanly.
 
     stop = StopRequest(log)
-    with stop.installed():         # in the driver's main thread, around run_plan
-        run_plan(..., stop=stop)   # re-installs after ray.init; fit() defers from its first step on
+    with stop.installed():         # from the first line of `rlgraph` (cli.main) to the last
+        run_plan(..., stop=stop)   # fit() defers from its first step on
 
-- before the training loop (start-up, restore): a signal stops at once (KeyboardInterrupt): nothing is
-  lost, the run has not trained a step;
+- before the training loop (compiling, pre-flight, starting Ray, restoring): a signal stops at once
+  (KeyboardInterrupt); `phase` says what the run was doing, for the one line `rlgraph run` prints;
 - in the loop: SIGTERM and the first Ctrl-C let the step in progress finish, the loop checkpoints it and
   raises Stopped; a second Ctrl-C stops at once (KeyboardInterrupt), keeping the last complete checkpoint.
 
-Ray's driver sets a SIGTERM handler of its own in ray.init (sys.exit), and its C++ core installs a
-failure handler that prints a stack dump on SIGTERM; `signal.signal` after ray.init replaces both, which
-is why run_plan calls `install()` again once Ray is up. The handlers before `installed()` come back after.
+Ray's driver sets a SIGTERM handler of its own in ray.init (sys.exit) and its C++ core one that prints a
+stack dump; cluster.keeping_signal_handlers keeps ours over ray.init. The handlers before `installed()`
+come back after.
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ class StopRequest:
         self.received: list[int] = []
         self.at_once = False  # a second Ctrl-C, or a signal before the loop: stopped without a checkpoint
         self.deferring = False  # in the loop: a first signal lets the step finish
+        self.phase = "starting"  # what the run does before the loop: "while {phase}" in the stop message
+        self.run_dir: Path | None = None  # where the run writes, once known: the stop message names its checkpoint
         self._previous: dict[int, Any] | None = None
 
     @property
@@ -72,12 +74,17 @@ class StopRequest:
     def exit_code(self) -> int:
         return 130 if signal.SIGINT in self.received or not self.received else 143
 
+    @property
+    def first_name(self) -> str:
+        return NAMES.get(self.received[0], f"signal {self.received[0]}") if self.received else "Ctrl-C"
+
     def stopped(self, step: int, checkpoint: Path | None) -> Stopped:
         return Stopped(self.received[0], step, checkpoint)
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[StopRequest]:
-        if threading.current_thread() is not threading.main_thread():  # signal.signal works there only
+        # signal.signal works in the main thread only; inside an outer installed() the handlers are already ours
+        if threading.current_thread() is not threading.main_thread() or self._previous is not None:
             yield self
             return
         self._previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
@@ -90,17 +97,25 @@ class StopRequest:
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
     def install(self) -> None:
-        """(Re)install the handlers: inside `installed()` only, e.g. after ray.init replaced them."""
+        """(Re)install the handlers: inside `installed()` only, e.g. after something replaced them."""
         if self._previous is None:
             return
         for signum in SIGNALS:
             signal.signal(signum, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
+        was_at_once = self.at_once
+        self._receive(signum)
+        # once: what everything already unwinds on (actors, Ray and the console stop); a later press must not
+        # cut that clean-up short
+        if self.at_once and not was_at_once:
+            raise KeyboardInterrupt
+
+    def _receive(self, signum: int) -> None:
         self.received.append(signum)
         if not self.deferring or (signum == signal.SIGINT and len(self.received) > 1):
             self.at_once = True
-            raise KeyboardInterrupt  # what everything already unwinds on: actors, Ray and the console stop
+            return
         if len(self.received) > 1:  # a repeated SIGTERM, or SIGTERM after Ctrl-C: already stopping
             return
         again = " (Ctrl-C again stops at once, without it)" if signum == signal.SIGINT else ""

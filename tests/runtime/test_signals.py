@@ -1,0 +1,133 @@
+"""Signals as a batch scheduler, a container stop and a person at a terminal send them (issue 29, items 4-6).
+
+Each whole-run test is a real `rlgraph run` in a session of its own, signalled as its process group
+(`kill -TERM -- -PGID`, or Ctrl-C in a terminal, which goes to the whole foreground group): Ray's processes
+get the signal too. What a user must see: the signal's exit code (143, 130), one line saying what was
+stopped and the command that goes on, no traceback, and nothing of the run left running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from .helpers import REPO, fast
+from .test_run_safety import RESUME, SPEC, alive, checkpoint_steps, descendants, last_step, wait_until
+
+# `rlgraph run ARGS` as the program itself (cli.main without argv), with a marker file written the moment
+# ray.init begins: a signal sent when it appears lands while Ray starts (ray.init takes seconds)
+LAUNCH = """
+import sys
+from pathlib import Path
+
+import ray
+
+marker, init = Path(sys.argv.pop(1)), ray.init
+
+def init_marked(*args, **kwargs):
+    marker.write_text("ray.init")
+    return init(*args, **kwargs)
+
+ray.init = init_marked
+from rlgraph.cli import main
+
+sys.exit(main())
+"""
+STOPPED_BEFORE_TRAINING = re.compile(r"stopped by (SIGTERM|Ctrl-C) while ([A-Za-z' ]+); nothing was trained\. "
+                                     r"Start again with: rlgraph run ")
+
+
+class Run:
+    """`rlgraph run` in a session of its own (its pid is its process group), every process below it recorded
+    while it runs (once it has exited, what it left is no longer below it)."""
+
+    def __init__(self, run_dir: Path, *args: str, marker: Path | None = None) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env.update(PYTHONUNBUFFERED="1", COLUMNS="200")
+        launch = [sys.executable, "-c", LAUNCH, str(marker or run_dir.parent / "ray-init")]
+        self.process = subprocess.Popen([*launch, "run", SPEC, "--output", str(run_dir), *args], cwd=REPO, env=env,
+                                        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        self.processes: dict[int, str] = {}
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line)
+            self.processes.update(descendants(self.process.pid))
+
+    def running(self) -> bool:
+        self.processes.update(descendants(self.process.pid))
+        return self.process.poll() is None
+
+    def signal_group(self, signum: int, times: int = 1) -> None:
+        self.processes.update(descendants(self.process.pid))
+        for _ in range(times):
+            os.killpg(self.process.pid, signum)
+
+    def finish(self, timeout: float = 120) -> tuple[int, str]:
+        try:
+            code = self.process.wait(timeout=timeout)
+        finally:
+            if self.process.poll() is None:
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self._reader.join(timeout=30)  # the pipe closes once nothing holds it: Ray's processes too
+        return code, "".join(self.lines)
+
+    def left_running(self) -> list[str]:
+        """What the run started that is still alive a few seconds after it exited."""
+        wait_until(lambda: not any(alive(pid) for pid in self.processes), 10)
+        return [args for pid, args in self.processes.items() if alive(pid)]
+
+
+def test_sigterm_to_the_process_group_in_training_stops_at_once_with_the_resume_command(arith_model, tmp_path):
+    # Ray's GCS and raylet get the SIGTERM too: the run must not wait on them (a call to a dead GCS waits 60 s
+    # and then aborts the driver with exit code 1 and no resume command)
+    run = Run(tmp_path / "run", *fast(steps=30, batch_size=64))
+    assert wait_until(lambda: last_step(tmp_path / "run") >= 1 or not run.running(), 300), "no step in 300 s"
+    assert run.running(), run.finish()[1]
+    run.signal_group(signal.SIGTERM)
+    code, out = run.finish()
+    assert code == 143, out
+    assert "Traceback" not in out and "Failed to connect to GCS" not in out, out
+    assert "stopped by SIGTERM" in out and RESUME.search(out), out
+    if (checkpointed := re.search(r"after step (\d+), checkpointed in (\S+)\.", out)):  # the step outran Ray's end
+        assert checkpoint_steps(tmp_path / "run")[-1] == int(checkpointed.group(1)), out
+    assert run.processes and not run.left_running(), run.left_running()
+
+
+def test_sigterm_to_the_process_group_while_ray_starts_says_so_and_stops_what_it_started(arith_model, tmp_path):
+    marker = tmp_path / "ray-init"
+    run = Run(tmp_path / "run", *fast(steps=2), marker=marker)
+    assert wait_until(lambda: marker.exists() or not run.running(), 300), "ray.init not reached in 300 s"
+    assert run.running(), run.finish()[1]
+    run.signal_group(signal.SIGTERM)
+    code, out = run.finish()
+    assert code == 143, out  # not Ray's sys.exit(15)
+    assert "Traceback" not in out, out
+    stopped = STOPPED_BEFORE_TRAINING.search(out)
+    assert stopped and stopped.groups() == ("SIGTERM", "starting Ray"), out
+    assert not run.left_running(), run.left_running()
+
+
+def test_ctrl_c_while_the_runtime_loads_stops_in_one_line(arith_model, tmp_path):
+    # the press comes with the run's first line: torch, transformers and the pre-flight load then (once it was
+    # a KeyboardInterrupt traceback from an import)
+    run = Run(tmp_path / "run", *fast(steps=2))
+    assert wait_until(lambda: any(line.startswith("rlgraph run") for line in run.lines) or not run.running(), 300)
+    assert run.running(), run.finish()[1]
+    run.signal_group(signal.SIGINT)
+    code, out = run.finish()
+    assert code == 130, out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+    stopped = STOPPED_BEFORE_TRAINING.search(out)
+    assert stopped and stopped.group(1) == "Ctrl-C", out
+    assert stopped.group(2) in ("loading the runtime", "checking the run's inputs", "starting Ray"), out
+    assert not run.left_running(), run.left_running()
