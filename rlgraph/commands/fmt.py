@@ -14,6 +14,7 @@ import tempfile
 
 from rlgraph.diagnostics import Span, error, render_full
 from rlgraph.spec.formatter import FormatError, FormatterBug, format_text
+from rlgraph.spec.loader import read_spec_bytes
 from rlgraph.spec.parser import decode
 
 
@@ -21,11 +22,9 @@ def fmt_command(files: list[str], check: bool = False, diff: bool = False) -> in
     write = not (check or diff)
     failed = changed = 0
     for path in files:
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError as exc:
-            problem = error("io", f"cannot read `{path}`: {exc.strerror or exc}", Span.point(path))
+        data, reason = read_spec_bytes(path)  # as check reads it: a regular file of at most 1 MiB, no FIFO wait
+        if reason is not None:
+            problem = error("io", f"cannot read `{path}`: {reason}", Span.point(path))
             sys.stdout.write(render_full([problem], {}))
             failed += 1
             continue

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import ray
+from rich.markup import escape
 
 from rlgraph.plan.model import Plan
 from rlgraph.runtime import checkpoint as ckpt
@@ -235,7 +236,10 @@ class Trainer:
         self.update_guard.finish()
         records = writer.records
         wall = time.perf_counter() - started
-        plot_curves(records, self.run_dir / "curves.png")
+        try:
+            plot_curves(records, self.run_dir / "curves.png")
+        except RunError as err:  # the run is trained and checkpointed: a picture it cannot write is not a failure
+            self.console.log(f"[yellow]warning[/]: {escape(str(err))}; curves.png not written")
         result = RunResult.of(self.run_dir, start_step, self.step, wall,
                               last_checkpoint.path if last_checkpoint else None, records)
         self._summary(result)

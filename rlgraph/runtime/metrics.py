@@ -210,7 +210,11 @@ def plot_curves(records: list[dict[str, Any]], path: Path) -> Path | None:
     ax.legend(loc="lower right")
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        with writing(path):  # a full disk: a RunError naming the file, and no half-written picture left
+            fig.savefig(tmp)
+            tmp.replace(path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
     return path

@@ -108,10 +108,11 @@ def load(path: str, text: str | None = None) -> Loaded:
 MAX_SPEC_BYTES = 1 << 20  # a spec is text: a larger "spec" is a mistake or hostile
 
 
-def _read(path: str, display: str, via: ast.Include | None, loaded: Loaded) -> str | None:
-    # `check` must be safe on a spec from anyone's repo: only a regular file of at most MAX_SPEC_BYTES is read,
-    # so an include of /dev/zero does not read without end, and one of a FIFO does not wait for a writer
-    # (O_NONBLOCK: the open returns at once, and fstat then says what it is).
+def read_spec_bytes(path: str) -> tuple[bytes, str | None]:
+    """(the file's bytes, None) or (b"", why it is not read). `check` and `fmt` must be safe on a spec from anyone's
+    repo: only a regular file of at most MAX_SPEC_BYTES is read, so an include of /dev/zero does not read without
+    end, and one of a FIFO does not wait for a writer (O_NONBLOCK: the open returns at once, and fstat then says
+    what it is)."""
     data, reason = b"", None
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -128,6 +129,11 @@ def _read(path: str, display: str, via: ast.Include | None, loaded: Loaded) -> s
             os.close(fd)
     except OSError as exc:
         reason = exc.strerror or str(exc)
+    return (b"", reason) if reason is not None else (data, None)
+
+
+def _read(path: str, display: str, via: ast.Include | None, loaded: Loaded) -> str | None:
+    data, reason = read_spec_bytes(path)
     if reason is not None:
         if via is None:
             loaded.diagnostics.append(error("io", f"cannot read `{display}`: {reason}", Span.point(display)))

@@ -87,3 +87,24 @@ def test_groups_whose_advantages_are_all_zero_are_counted():
     m = batch_metrics(rollout, {"scores": scores, "advantages": advantages})
     assert m["batch/zero_advantage_groups"] == 1.0 and m["batch/zero_advantage_step"] == 1.0
     assert "batch/zero_advantage_groups" not in batch_metrics(rollout, {"scores": scores})  # no estimator: no count
+
+
+def test_curves_on_a_full_disk_are_one_error_naming_the_file_and_leave_no_half_picture(tmp_path, monkeypatch):
+    """Disk full after the last checkpoint: a RunError the loop turns into a warning (the run is trained), not a
+    traceback, and no `.curves.png.tmp.png` left behind."""
+    import errno
+
+    import matplotlib.figure
+    import pytest
+
+    from rlgraph.runtime.errors import RunError
+
+    def full(self, fname, *args, **kwargs):
+        open(fname, "wb").write(b"half")  # what a write cut short leaves
+        raise OSError(errno.ENOSPC, "No space left on device", str(fname))
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
+    records = [{"training/global_step": s, "critic/score/mean": s / 10} for s in range(5)]
+    with pytest.raises(RunError, match="disk full while writing"):
+        plot_curves(records, tmp_path / "curves.png")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -84,3 +84,15 @@ def test_check_on_a_long_literal_in_an_override_exits_1_without_a_traceback(caps
                  "--set", "train.seed=" + "9" * 5000])
     out = capsys.readouterr()
     assert code == 1 and "error[bad-override]" in out.out and "Traceback" not in out.out + out.err
+
+
+@pytest.mark.parametrize("what", ["fifo", "device"])
+def test_fmt_reads_a_spec_as_check_does_no_fifo_wait_no_endless_device(tmp_path, capsys, what):
+    path = tmp_path / "spec.rl"
+    if what == "fifo":
+        os.mkfifo(path)
+    else:
+        path = Path("/dev/zero")
+    assert main(["fmt", "--check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "error[io]" in out and "not a regular file" in out and "Traceback" not in out
