@@ -34,7 +34,7 @@ from rlgraph.runtime.errors import RunError
 from rlgraph.runtime.evaluate import (validation_batches, validation_metrics, validation_reward,  # noqa: F401
                                       validation_sampling, validation_scores, validation_seed)
 from rlgraph.runtime.lowering import Lowered
-from rlgraph.runtime.metrics import MetricsWriter, episode_metrics, plot_curves
+from rlgraph.runtime.metrics import MetricsWriter, cut_jsonl, episode_metrics, plot_curves
 from rlgraph.runtime.preflight import Prepared
 from rlgraph.runtime.process import rng_state, set_rng_state
 from rlgraph.runtime.roles import WorkerSpec, generate_call
@@ -386,25 +386,9 @@ def write_samples(path: Path, samples: list[dict[str, Any]]) -> None:
 
 
 def cut_samples(path: Path, keep_up_to_step: int | None) -> None:
-    """As metrics.jsonl is (MetricsWriter): a resumed run (a recovery too) writes the steps after its checkpoint
-    again, so their earlier rows go; a run from step 0 starts an empty file. A new file renamed over the old."""
-    import json
-    import os
-
-    if not path.is_file():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-        try:
-            step = json.loads(line).get("step", 0)
-        except (json.JSONDecodeError, AttributeError):  # a line cut short by a crash
-            continue
-        if keep_up_to_step is not None and step <= keep_up_to_step:
-            kept.append(line if line.endswith("\n") else line + "\n")
-    tmp = path.with_name(f".{path.name}.tmp")
-    with ckpt.writing(tmp):
-        tmp.write_text("".join(kept), encoding="utf-8")
-        os.replace(tmp, path)
+    """samples.jsonl as metrics.jsonl is cut (metrics.cut_jsonl): a resumed run (a recovery too) writes the steps
+    after its checkpoint again, so their earlier rows go; a run from step 0 starts an empty file."""
+    cut_jsonl(path, "step", keep_up_to_step, create=False)
 
 
 def _first(records: list[dict[str, Any]], key: str) -> float | None:

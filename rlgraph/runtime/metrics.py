@@ -132,17 +132,7 @@ class MetricsWriter:
     def __init__(self, run_dir: Path, keep_up_to_step: int | None, loggers: tuple[str, ...] | None = None) -> None:
         """`loggers`: the spec's `train.loggers`; None reads them from the plan.json the run wrote in `run_dir`."""
         self.path = run_dir / METRICS_FILE
-        self.records = read_metrics(self.path)
-        # A resumed run rewrites the steps after its checkpoint; a fresh one starts an empty file.
-        self.records = [r for r in self.records if keep_up_to_step is not None and r.get("training/global_step", 0) <= keep_up_to_step]
-        # a new file renamed over the old one: a crash here leaves one of the two whole, never half of one
-        tmp = self.path.with_name(f".{METRICS_FILE}.tmp")
-        with writing(tmp):
-            with tmp.open("w") as f:
-                f.write("".join(json.dumps(r) + "\n" for r in self.records))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+        self.records = cut_jsonl(self.path, "training/global_step", keep_up_to_step)
         self.loggers = Loggers(_plan_loggers(run_dir) if loggers is None else loggers, run_dir, keep_up_to_step)
 
     def write(self, record: dict[str, Any]) -> None:
@@ -158,11 +148,30 @@ class MetricsWriter:
         self.loggers.close()
 
 
+def cut_jsonl(path: Path, step_key: str, keep_up_to_step: int | None, create: bool = True) -> list[dict[str, Any]]:
+    """The records of a per-step JSON-lines file (metrics.jsonl, samples.jsonl) up to `keep_up_to_step`, the file
+    rewritten to hold just them: a resumed run (a recovery too) writes the steps after its checkpoint again, and a
+    fresh one (None) starts an empty file. A new file renamed over the old one: a crash here leaves one of the two
+    whole, never half of one. `create` False: a missing file stays missing."""
+    if not create and not path.is_file():
+        return []
+    kept = [r for r in read_metrics(path)
+            if keep_up_to_step is not None and isinstance(r, dict) and r.get(step_key, 0) <= keep_up_to_step]
+    tmp = path.with_name(f".{path.name}.tmp")
+    with writing(tmp):
+        with tmp.open("w", encoding="utf-8") as f:  # as written: samples keep a user's text unescaped
+            f.write("".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in kept))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    return kept
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     records = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:  # a line cut short by a crash

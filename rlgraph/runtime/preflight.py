@@ -190,12 +190,11 @@ def _check_envs(plan: Plan, tokenizer: Any) -> list[dict[str, Any]]:
     tokenizer in its tool format (a `tag` format needs its tags as single tokens). Returns the tool schemas the
     chat template renders into the prompts: the trained generate's environment's, in the chat_template format
     (the prompts are tokenized once, for the step's generate; the tag format's tools are the data's to describe)."""
-    from rlgraph.contract.rollouts import trained_generate
     from rlgraph.workers.envs.loading import EnvError, load_env_class
     from rlgraph.workers.envs.tools import ToolFormatError, make_tool_format
 
     rendered: list[dict[str, Any]] = []
-    trained = trained_generate(plan.calls)
+    trained = generate_call(plan)
     for call in plan.calls:
         env = getattr(call.settings, "env", None)
         if env is None:

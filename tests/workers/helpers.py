@@ -23,6 +23,24 @@ def build_tokenizer():
     )
 
 
+def qwen_style_tokenizer():
+    """A word-level tokenizer under a Qwen-style chat template: tool schemas in a system turn when given, a
+    `tool` message as a user turn in <tool_response> tags (what Qwen's templates render)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel(vocab={"<unk>": 0, "<|im_end|>": 1}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", unk_token="<unk>")
+    tokenizer.chat_template = (
+        "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
+        "{% for m in messages %}"
+        "{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
+        "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    return tokenizer
+
+
 def make_items(prompts: list[str], tokenizer, answers: list[str] | None = None) -> list[dict]:
     """Dataset items in rlgraph.data's shape."""
     answers = answers or ["" for _ in prompts]

@@ -87,18 +87,9 @@ def test_tag_format_needs_the_tags_as_single_tokens():
 def test_chat_template_reply_frame_from_a_real_template():
     """A Qwen-style template: the reply starts after the assistant's end-of-turn token (the newline the
     template writes after it included) and ends with the next assistant header."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from .helpers import qwen_style_tokenizer
 
-    vocab = {"<unk>": 0, "<|im_end|>": 1}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", unk_token="<unk>")
-    tokenizer.chat_template = (
-        "{% for m in messages %}"
-        "{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
-        "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    tokenizer = qwen_style_tokenizer()
     fmt = make_tool_format("auto", tokenizer, TOOLS)
     assert fmt.name == "chat_template" and fmt.stop_token_ids == ()
     assert fmt.reply_prefix == "\n<|im_start|>user\n<tool_response>\n"
