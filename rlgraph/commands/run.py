@@ -126,7 +126,8 @@ def _train(console: Console, file: str, overrides: list[str], plan, run_dir: Pat
     except RunError as err:
         run_console.stop()
         if stop.received:  # it failed while stopping: the signal reached the run's Ray processes too
-            cause = f" (it reached the run's Ray processes too: {escape(str(err).splitlines()[0])})"
+            died = getattr(err, "died", str(err))  # a process the signal ended: not a guess at memory
+            cause = f" (it reached the run's Ray processes too: {escape(died.splitlines()[0])})"
             console.print(stopped_line(stop, run_dir, again, cause), highlight=False, soft_wrap=True)
             return stop.exit_code
         resume = f" Resume with: {again}" if err.resumable else ""

@@ -77,7 +77,8 @@ def ray_errors(actor_names: Mapping[str, str]) -> Iterator[None]:
             ) from None
         raise ProcessDiedError(
             f"a worker process died: {text}. It was most likely killed for memory (lower micro_batch or "
-            "batch_size) or crashed in native code; the Ray logs of this session hold the details."
+            "batch_size) or crashed in native code; the Ray logs of this session hold the details.",
+            died=f"a worker process ended: {text}",
         ) from None
 
 

@@ -50,7 +50,14 @@ class EnvironmentFailedError(RunError):
 
 
 class ProcessDiedError(RunError):
-    """A worker process died (killed for memory, a crash in native code) rather than raising."""
+    """A worker process died (killed for memory, a crash in native code, a signal) rather than raising.
+
+    `died` is what Ray said of it, without the guess at the cause: a run stopped by a signal that reached its
+    Ray processes too names the process that ended, not memory."""
+
+    def __init__(self, message: str, died: str = "") -> None:
+        super().__init__(message)
+        self.died = died or message
 
 
 class FailuresSpentError(ProcessDiedError):

@@ -188,7 +188,8 @@ def _failures_spent(err: ProcessDiedError, recoveries: int, budget: int, latest:
     return FailuresSpentError(
         f"{err} The failure budget is spent (train.max_failures = {budget}; {recoveries} recover"
         f"{'y' if recoveries == 1 else 'ies'} made), so the run stops; {where}. A resume goes on from there with the "
-        "budget anew; raise train.max_failures to allow more (a resume takes that change without --accept-changes).")
+        "budget anew; raise train.max_failures to allow more (a resume takes that change without --accept-changes).",
+        died=err.died)
 
 
 def _model_paths(plan: Plan, prepared: Prepared, resume_from: Checkpoint | None) -> dict[str, str]:
