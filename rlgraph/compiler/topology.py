@@ -37,6 +37,18 @@ def dp_size(program: Program, role: Decl) -> int:
     return max(devices_of(program, role) // tp_of(role), 1)
 
 
+def sequence_parallel_of(role: Decl) -> int:
+    """Devices that share each sequence of the role (Ulysses: `sequence_parallel`; 1 for a role without it)."""
+    value = role.get("sequence_parallel", 1)
+    return value if isinstance(value, int) and value > 0 else 1
+
+
+def data_groups(program: Program, role: Decl) -> int:
+    """Groups that take different samples: the data-parallel replicas over the sequence-parallel size (verl's
+    dp = world / ulysses_sequence_parallel_size). What a step's samples, mini-batches and micro-batches split over."""
+    return max(dp_size(program, role) // sequence_parallel_of(role), 1)
+
+
 def model_of(program: Program, role: Decl) -> str | None:
     """The declared model a role holds; a colocated rollout without one generates with its root's."""
     if role.get("model") is not None:

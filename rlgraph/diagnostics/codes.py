@@ -95,6 +95,8 @@ _ALL = [
     Code("log-probs-not-implemented", "warning", "generate keeps log-probs its engine cannot return"),
     Code("several-generate-calls", "warning", "more generate calls in one step than the runtime runs"),
     Code("lora-not-implemented", "warning", "LoRA adapters on a model the runtime shards (fsdp)"),
+    Code("sequence-parallel-not-implemented", "warning", "Ulysses sequence parallelism (`sequence_parallel` > 1), "
+         "planned but not run"),
     Code("setting-ignored", "warning", "a setting the runtime would ignore"),
 ]
 

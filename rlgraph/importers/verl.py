@@ -50,7 +50,7 @@ _REASONS: tuple[tuple[str, str], ...] = (
                                                   "rollout.generate(env = NAME)"),
     (r".*\.use_remove_padding", "rlgraph reads padding removal from the models' use_remove_padding "
                                 "(actor_rollout_ref.model, critic.model, reward_model.model): `remove_padding`"),
-    (r".*\.ulysses_sequence_parallel_size", "rlgraph has no sequence parallelism"),
+    (r".*\.ulysses_sequence_parallel_size", "rlgraph's reward model has no sequence parallelism"),
     (rf"{AR}\.rollout\.mode", "rlgraph generates each batch synchronously (train.staleness is its asynchronous "
                               "training)"),
     (rf"{AR}\.rollout\.max_num_batched_tokens", "vLLM's token budget per scheduler step (verl passes it to vLLM "
@@ -85,8 +85,7 @@ _REASONS: tuple[tuple[str, str], ...] = (
 # Settings whose value is what rlgraph does anyway.
 _SAME: dict[str, tuple] = {
     "trainer.critic_warmup": (0,), "trainer.val_before_train": (True,), "data.filter_overlong_prompts": (True,),
-    f"{AR}.actor.ulysses_sequence_parallel_size": (1,), f"{AR}.ref.ulysses_sequence_parallel_size": (1,),
-    "critic.ulysses_sequence_parallel_size": (1,), "reward_model.reward_manager": ("naive",),
+    "reward_model.ulysses_sequence_parallel_size": (1,), "reward_model.reward_manager": ("naive",),
     f"{AR}.hybrid_engine": (True,), "data.truncation": ("error",), "trainer.device": ("cuda",),
     "trainer.resume_mode": ("auto",), f"{AR}.rollout.mode": ("sync",), "model_engine": ("dp", "fsdp"),
 }
@@ -503,7 +502,10 @@ class _Importer:
         self._strategy(block, f"{a}.strategy")
         self.actor_dynamic = cfg.bool(f"{a}.use_dynamic_bsz", False)
         self.actor_tokens = cfg.int(f"{a}.ppo_max_token_len_per_gpu", 16384, minimum=1)
-        micro = self._micro(block, f"{a}.ppo_micro_batch_size_per_gpu", f"{a}.ppo_micro_batch_size", self.devices)
+        self.actor_sp = self._sequence_parallel(block, f"{a}.ulysses_sequence_parallel_size",
+                                                f"{a}.fsdp_config.ulysses_sequence_parallel_size")
+        micro = self._micro(block, f"{a}.ppo_micro_batch_size_per_gpu", f"{a}.ppo_micro_batch_size",
+                            max(self.devices // self.actor_sp, 1))
         self.actor_micro = micro
         if self.actor_dynamic:
             block.set("micro_batch_tokens", self.actor_tokens,
@@ -536,6 +538,19 @@ class _Importer:
                 cfg.raw(key)
                 self._note("model:policy", key, "no effect without lora_rank", kind="no effect")
         self.blocks["role:actor"] = block
+
+    def _sequence_parallel(self, block: _Block, legacy: str, engine: str, legacy_default: int = 1) -> int:
+        """verl's Ulysses size: the role's legacy key where it is above 1 (verl copies it into the engine's),
+        else its engine's (`fsdp_config.ulysses_sequence_parallel_size`)."""
+        cfg = self.cfg
+        sp = cfg.int(legacy, legacy_default, minimum=1) or 1
+        source = _source(cfg, legacy, default="actor.ulysses_sequence_parallel_size (the default)") if sp > 1 else ""
+        engine_sp = cfg.int(engine, 1, minimum=1) or 1
+        if sp <= 1:
+            sp, source = engine_sp, _source(cfg, engine)
+        if sp > 1:
+            block.set("sequence_parallel", sp, source)
+        return sp
 
     def _strategy(self, block: _Block, key: str) -> None:
         """fsdp/fsdp2 (and verl's fsdp_turbo) as rlgraph's fsdp; a backend rlgraph does not run (Megatron, VeOmni,
@@ -707,6 +722,10 @@ class _Importer:
         block.set("model", _Name("policy"))
         block.set("colocate", _Name("actor"))
         block.set("dtype", _Name("bf16"), "default")
+        # verl's ref.ulysses_sequence_parallel_size defaults to the actor's (oc.select)
+        actor_legacy = cfg.int(f"{AR}.actor.ulysses_sequence_parallel_size", 1, minimum=1) or 1
+        sp = self._sequence_parallel(block, f"{p}.ulysses_sequence_parallel_size",
+                                     f"{p}.fsdp_config.ulysses_sequence_parallel_size", legacy_default=actor_legacy)
         dynamic = cfg.bool(f"{p}.log_prob_use_dynamic_bsz", self.actor_dynamic)
         self._token_budget_without_dynamic(f"{p}.log_prob_use_dynamic_bsz", f"{p}.log_prob_max_token_len_per_gpu",
                                            dynamic=dynamic)
@@ -716,7 +735,7 @@ class _Importer:
                               f"{AR}.actor.use_dynamic_bsz"))
         else:
             micro = self._micro(block, f"{p}.log_prob_micro_batch_size_per_gpu", f"{p}.log_prob_micro_batch_size",
-                                self.devices)
+                                max(self.devices // sp, 1))
             block.set("micro_batch", micro, _source(cfg, f"{p}.log_prob_micro_batch_size_per_gpu",
                                                     f"{p}.log_prob_micro_batch_size"))
         self._remove_padding(block, f"{AR}.model.use_remove_padding", True)  # the ref runs the actor's model
@@ -734,8 +753,10 @@ class _Importer:
         self._strategy(block, "critic.strategy")
         self.critic_dynamic = cfg.bool("critic.use_dynamic_bsz", self.actor_dynamic)
         self.critic_tokens = cfg.int("critic.ppo_max_token_len_per_gpu", 32768, minimum=1)
+        sp = self._sequence_parallel(block, "critic.ulysses_sequence_parallel_size",
+                                     "critic.model.fsdp_config.ulysses_sequence_parallel_size")
         self.critic_micro = self._micro(block, "critic.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size",
-                                        devices)
+                                        max(devices // sp, 1))
         self._token_budget_without_dynamic("critic.use_dynamic_bsz", "critic.ppo_max_token_len_per_gpu",
                                            "critic.forward_max_token_len_per_gpu", dynamic=self.critic_dynamic)
         if self.critic_dynamic:
@@ -913,7 +934,7 @@ class _Importer:
             same = self.actor_dynamic and tokens == self.actor_tokens
             return [] if same else [("micro_batch_tokens", tokens)]
         micro = self._micro(None, f"{r}.log_prob_micro_batch_size_per_gpu", f"{r}.log_prob_micro_batch_size",
-                            self.devices)
+                            max(self.devices // self.actor_sp, 1))
         return [] if micro is None or micro == self.actor_micro else [("micro_batch", micro)]
 
     def _values_args(self) -> list[tuple[str, object]]:

@@ -378,18 +378,21 @@ def intermediate_size(shape: ModelShape) -> int | None:
     return rest // (3 * h * shape.layers) if rest > 0 else None
 
 
-def micro_pass(step: StepShape, role: Decl, kwargs: dict, samples: int) -> Pass:
-    """The largest micro-batch of a call that gets `samples` sequences on each device.
+def micro_pass(step: StepShape, role: Decl, kwargs: dict, samples: int, split: int = 1) -> Pass:
+    """The largest micro-batch of a call that gets `samples` sequences on each data-parallel group of `split`
+    devices (1: each device; `sequence_parallel` > 1: the devices that share each sequence).
 
-    A token budget bounds the pass whatever the rows' lengths (rows of full length); a micro-batch counted in
-    rows holds rows of `step.row_length` tokens (full length unless the verdict asks at a shorter one)."""
+    A token budget bounds the pass whatever the rows' lengths (rows of full length; per device, so a group's
+    micro-batch holds `split` times it, as verl's max_token_len_per_gpu x sp); a micro-batch counted in rows
+    holds rows of `step.row_length` tokens (full length unless the verdict asks at a shorter one)."""
     budget = kwargs.get("micro_batch_tokens") or role.get("micro_batch_tokens")
     micro = kwargs.get("micro_batch") or role.get("micro_batch")
     if budget:
-        rows = max(1, budget // max(step.length, 1))
-        return Pass(rows=max(1, min(rows, samples)), length=step.length, scored=step.response)
+        rows = max(1, budget * split // max(step.length, 1))
+        return Pass(rows=max(1, min(rows, samples)), length=step.length, scored=step.response, split=split)
     length = step.row_length
-    return Pass(rows=max(1, min(micro or samples, samples)), length=length, scored=min(step.response, length))
+    return Pass(rows=max(1, min(micro or samples, samples)), length=length, scored=min(step.response, length),
+                split=split)
 
 
 FORWARD_METHODS = ("log_prob", "values", "score")
@@ -404,7 +407,9 @@ def _call_phases(program: Program, role: Decl, plan: RolePlan, shape: ModelShape
     inter = intermediate_size(shape) if shape is not None else None
     if shape is None or None in (shape.layers, shape.hidden, inter) or not step.batch or not step.length:
         return {}, set()
-    share = _ceil_div(step.batch * step.n, max(plan.replicas, 1))  # samples on each device
+    split = max(plan.sequence_parallel, 1)
+    groups = max(plan.replicas // split, 1)  # data-parallel groups: each takes its own samples
+    share = _ceil_div(step.batch * step.n, groups)  # samples on each device (each group)
     kv = shape.kv_heads * shape.head_dim if shape.kv_heads and shape.head_dim else None
     phases, accumulated = {}, set()
     for method, kwargs in step.calls.get(role.name, []):
@@ -414,8 +419,8 @@ def _call_phases(program: Program, role: Decl, plan: RolePlan, shape: ModelShape
         samples = share
         minibatch = kwargs.get("minibatch")
         if backward and minibatch:
-            samples = max(1, _ceil_div(minibatch * step.n, max(plan.replicas, 1)))
-        micro = micro_pass(step, role, kwargs, samples)
+            samples = max(1, _ceil_div(minibatch * step.n, groups))
+        micro = micro_pass(step, role, kwargs, samples, split)
         items = activation_bytes(micro, layers=shape.layers, hidden=shape.hidden, intermediate=inter,
                                  vocab=shape.vocab, dtype_bytes=dtype_bytes, backward=backward,
                                  checkpointing=bool(role.get("gradient_checkpointing")),

@@ -32,15 +32,24 @@ BACKWARD_LOGIT_COPIES = 2
 
 @dataclass(frozen=True)
 class Pass:
-    """One micro-batch of one call: `rows` sequences of `length` tokens, `scored` of them response positions."""
+    """One micro-batch of one call: `rows` sequences of `length` tokens, `scored` of them response positions,
+    on one device of a group of `split` that share each sequence (Ulysses sequence parallelism: each device
+    runs 1/split of every row's tokens through the blocks, and its logits are those of its slice)."""
 
     rows: int
     length: int  # prompt + response tokens of the longest row
     scored: int  # response positions per row whose logits are computed
+    split: int = 1  # devices sharing each sequence (`sequence_parallel`)
 
     @property
     def tokens(self) -> int:
-        return self.rows * self.length
+        """Token positions on this device."""
+        return -(-self.rows * self.length // self.split)
+
+    @property
+    def scored_tokens(self) -> int:
+        """Response positions whose logits this device computes."""
+        return -(-self.rows * self.scored // self.split)
 
 
 def block_bytes_per_token(*, hidden: int, intermediate: int, kv: int, heads: int, dtype_bytes: int) -> int:
@@ -63,7 +72,7 @@ def activation_bytes(p: Pass, *, layers: int, hidden: int, intermediate: int, vo
     outside = t * OUTSIDE_H * hidden * b
     logits = 0
     if vocab and not value_head:
-        scored = p.rows * p.scored
+        scored = p.scored_tokens
         logits = scored * vocab * b * (BACKWARD_LOGIT_COPIES if backward else 1)
         logits += min(scored, CHUNK_TOKENS) * vocab * 4  # one chunk's float32 work
     if not backward:

@@ -43,6 +43,7 @@ class RolePlan:
     tp: int  # devices per replica
     colocate: str | None  # the role whose processes this one shares (the root of the chain)
     settings: Any  # the kind's class in rlgraph.contract.settings (ActorSettings, RolloutSettings, ...)
+    sequence_parallel: int = 1  # replicas that share each sequence (Ulysses); `rlgraph run` refuses > 1
 
     @property
     def dtype_label(self) -> str:

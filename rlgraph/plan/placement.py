@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlgraph.compiler.topology import dp_size, model_of, root_of, tp_of
+from rlgraph.compiler.topology import dp_size, model_of, root_of, sequence_parallel_of, tp_of
 from rlgraph.contract.engines import engine_facts
 from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.plan.model import Placement, PoolPlan, RolePlan
@@ -111,6 +111,7 @@ def _role_plan(program: Program, role: Decl) -> RolePlan:
         tp=tp_of(role),
         colocate=root.name if colocated else None,
         settings=_settings(program, role, root),
+        sequence_parallel=sequence_parallel_of(role),
     )
 
 

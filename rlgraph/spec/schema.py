@@ -335,14 +335,23 @@ _TRAINED = {
                           "(docs/runtime.md; verl: *.model.use_remove_padding)", False),
 }
 
+# Ulysses sequence parallelism: a placement fact (how a role's devices group), so RolePlan's, not a setting's
+_SEQUENCE_PARALLEL = {
+    "sequence_parallel": Key(Int(min=1, max=MAX_REPLICAS), "devices that share each sequence (Ulysses sequence "
+                             "parallelism; verl: *.ulysses_sequence_parallel_size): each group of this many "
+                             "replicas takes the same samples, every device a 1/k slice of each sequence's tokens, "
+                             "so the data-parallel size is replicas / k and micro_batch counts samples per group; "
+                             "planned and checked, not run by rlgraph's runtime (`rlgraph run` refuses k > 1)", 1),
+}
+
 # Keys each role kind accepts. The block keyword is always `role`; `kind` picks
 # the row (and defaults to the role's name when that is a kind: `role actor {}`).
 ROLE_KEYS: dict[str, dict[str, Key]] = {
-    "actor": {**_MODEL, **_PLACEMENT, **_TRAINED,
+    "actor": {**_MODEL, **_PLACEMENT, **_TRAINED, **_SEQUENCE_PARALLEL,
               "entropy_coeff": Key(Float(min=0.0), "entropy bonus coefficient in the actor loss", 0.0)},
-    "critic": {**_MODEL, **_PLACEMENT, **_TRAINED,
+    "critic": {**_MODEL, **_PLACEMENT, **_TRAINED, **_SEQUENCE_PARALLEL,
                "head": Key(Choice(("value",)), "the head put on the backbone", "value")},
-    "ref": {**_MODEL, **_PLACEMENT,
+    "ref": {**_MODEL, **_PLACEMENT, **_SEQUENCE_PARALLEL,
             "dtype": _FROZEN_DTYPE, "micro_batch": _TRAINED["micro_batch"],
             "micro_batch_tokens": _TRAINED["micro_batch_tokens"], "remove_padding": _TRAINED["remove_padding"],
             "param_offload": Key(Bool(), "keep the weights in host memory and move them to the device for "

@@ -17,7 +17,7 @@ from rlgraph.plan.model import Plan
 from rlgraph.spec.schema import BLOCKS, LORA, OPTIM, ROLE_KEYS, ROLLOUT_VAL
 
 REPO = Path(__file__).resolve().parents[2]
-PLACEMENT_KEYS = {"model", "pool", "replicas", "colocate"}  # RolePlan's own fields
+PLACEMENT_KEYS = {"model", "pool", "replicas", "colocate", "sequence_parallel"}  # RolePlan's own fields
 
 
 def _fields(cls) -> set[str]:

@@ -6,6 +6,11 @@ a step has batch_size·n samples, spread over each role's data-parallel replicas
 verl's ppo_mini_batch_size; a role's `micro_batch` counts samples per device per
 forward pass, like verl's *_micro_batch_size_per_gpu, and its `micro_batch_tokens`
 is a token budget per pass instead, like verl's *_max_token_len_per_gpu.
+
+With `sequence_parallel = k` (Ulysses, verl's ulysses_sequence_parallel_size) each group of k replicas takes
+the same samples, every device a 1/k slice of each sequence: the samples split over replicas / k groups
+(verl's dp = world / sp), `micro_batch` counts samples per group, and a token budget per device holds
+k times its tokens per group (verl: max_token_len = ppo_max_token_len_per_gpu x sp).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from math import gcd
 from rlgraph.compiler.graph import CallNode, StepGraph
 from rlgraph.compiler.passes._common import quoted, samples_per_prompt
 from rlgraph.contract.rollouts import trained_generate
-from rlgraph.compiler.topology import dp_size, root_of, tp_of
+from rlgraph.compiler.topology import data_groups, dp_size, root_of, sequence_parallel_of, tp_of
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.spec.program import Decl, Program
 from rlgraph.spec.schema import ROLE_KEYS
@@ -30,12 +35,44 @@ def batch(program: Program, graph: StepGraph) -> list[Diagnostic]:
         return []  # no data or no rollout: reported by other passes
     rollout = program.roles.get(generate.target)
     n = samples_per_prompt(program, generate)  # the trained rollout's: what every role call after it gets
+    out = _sequence_groups(program, graph)
+    if out:
+        return out  # the groups do not tile the replicas: no share below is what it would be
     out = _over_replicas(program, graph, prompts, n)
     for node in graph.calls():
         role = program.roles.get(node.target) if node.kind == "role" else None
         if node.method == "update" and role is not None and role.kind is not None:
             out += _update(program, node, role, prompts, n)
     return out + _unset_micro_batch(program, graph, prompts, n) + _token_budget(program, graph, rollout)
+
+
+def _sequence_groups(program: Program, graph: StepGraph) -> list[Diagnostic]:
+    """`sequence_parallel` groups the role's replicas: it must divide them."""
+    out = []
+    for name in dict.fromkeys(node.target for node in graph.calls() if node.kind == "role"):
+        role = program.roles.get(name)
+        if role is None or role.kind is None:
+            continue
+        sp, replicas = sequence_parallel_of(role), dp_size(program, role)
+        if replicas % sp:
+            fits = [d for d in range(sp - 1, 0, -1) if replicas % d == 0][:1] + \
+                [d for d in range(sp + 1, replicas + 1) if replicas % d == 0][:1]
+            out.append(error("batch-divisibility", f"sequence_parallel = {sp} does not divide the {replicas} "
+                             f"replicas of `{name}`", role.span_of("sequence_parallel"),
+                             f"each group of sequence_parallel replicas shares its sequences (verl needs the world "
+                             f"size divisible by ulysses_sequence_parallel_size): use {_either(fits)}",
+                             label=f"{replicas} replicas / {sp}"))
+    return out
+
+
+def _groups_words(program: Program, role: Decl, dp: int) -> str:
+    """`the 8 data-parallel replicas`, or with sequence parallelism `the 4 data-parallel groups (8 replicas /
+    sequence_parallel = 2)`."""
+    sp = sequence_parallel_of(role)
+    if sp == 1:
+        return f"the {dp} data-parallel replica{'s' * (dp != 1)}"
+    return (f"the {dp} data-parallel group{'s' * (dp != 1)} ({dp_size(program, role)} replicas / "
+            f"sequence_parallel = {sp})")
 
 
 def _over_replicas(program: Program, graph: StepGraph, prompts: int, n: int) -> list[Diagnostic]:
@@ -47,7 +84,7 @@ def _over_replicas(program: Program, graph: StepGraph, prompts: int, n: int) -> 
         role = program.roles.get(name)
         if role is None or role.kind is None:
             continue
-        dp = dp_size(program, role)
+        dp = data_groups(program, role)
         if (prompts if role.kind == "rollout" else prompts * n) % dp:
             groups.setdefault((dp, root_of(program, role).name), []).append(role)
     out = []
@@ -63,14 +100,14 @@ def _over_replicas(program: Program, graph: StepGraph, prompts: int, n: int) -> 
             change += f", or replicas = {_either(replicas)} on `{root}`"
         spread = ("generation spreads the prompts over the replicas (the n samples of a prompt stay together): "
                   if by_prompt else "")
-        out.append(error("batch-divisibility", f"{what} do not split evenly over the {dp} data-parallel replicas of "
-                         f"{quoted(r.name for r in roles)}", program.data.span_of("batch_size"), spread + change,
+        out.append(error("batch-divisibility", f"{what} do not split evenly over "
+                         f"{_groups_words(program, roles[0], dp)} of {quoted(r.name for r in roles)}", program.data.span_of("batch_size"), spread + change,
                          label=f"{total} {'prompts' if by_prompt else 'samples'} / {dp} replicas"))
     return out
 
 
 def _update(program: Program, node: CallNode, role: Decl, prompts: int, n: int) -> list[Diagnostic]:
-    dp, minibatch = dp_size(program, role), node.kwargs.get("minibatch")
+    dp, minibatch = data_groups(program, role), node.kwargs.get("minibatch")
     span = node.kwarg_spans.get("minibatch", node.span)
     unit = "`minibatch` counts prompts, like verl's ppo_mini_batch_size"
     if minibatch is None:
@@ -91,7 +128,7 @@ def _update(program: Program, node: CallNode, role: Decl, prompts: int, n: int) 
         fitting = _divisors_near(prompts, minibatch, lambda d: d * n % dp == 0)
         replicas = _replicas_near(program, role, minibatch * n, dp)
         return [error("batch-divisibility", f"a mini-batch of {minibatch} prompts × n={n} = {minibatch * n} samples "
-                      f"does not split evenly over the {dp} data-parallel replicas of `{role.name}`", span,
+                      f"does not split evenly over {_groups_words(program, role, dp)} of `{role.name}`", span,
                       f"use a minibatch that divides {prompts} and gives a multiple of {dp} samples"
                       + (f", e.g. {_either(fitting)}" if fitting else "")
                       + (f", or replicas = {_either(replicas)} on `{root_of(program, role).name}`" if replicas else ""),
@@ -100,16 +137,18 @@ def _update(program: Program, node: CallNode, role: Decl, prompts: int, n: int) 
 
 
 def _micro_batch(role: Decl, minibatch: int, n: int, dp: int) -> list[Diagnostic]:
-    micro, per_device = role.get("micro_batch"), minibatch * n // dp
+    micro, per_device, sp = role.get("micro_batch"), minibatch * n // dp, sequence_parallel_of(role)
     if not isinstance(micro, int) or micro < 1 or per_device % micro == 0:
         return []
     relation = "is more than" if micro > per_device else "does not divide"
     examples = _divisors_near(per_device, micro) if micro < per_device else \
         _divisors_near(per_device, per_device) + [per_device]
+    each = f"replica of `{role.name}`" if sp == 1 else f"group of {sp} replicas of `{role.name}` (sequence_parallel)"
+    over = f"{dp} replica{'s' * (dp != 1)}" if sp == 1 else f"{dp} group{'s' * (dp != 1)}"
+    per = "device" if sp == 1 else "sequence-parallel group"
     return [error("batch-divisibility", f"micro_batch = {micro} samples {relation} the {per_device} samples each "
-                  f"replica of `{role.name}` gets per mini-batch ({minibatch} prompts × n={n} over {dp} "
-                  f"replica{'s' * (dp != 1)})", role.span_of("micro_batch"),
-                  "`micro_batch` counts samples per device per forward pass, like verl's "
+                  f"{each} gets per mini-batch ({minibatch} prompts × n={n} over {over})", role.span_of("micro_batch"),
+                  f"`micro_batch` counts samples per {per} per forward pass, like verl's "
                   f"ppo_micro_batch_size_per_gpu: use a divisor of {per_device}, e.g. "
                   f"{_either(examples)}",
                   label=f"{per_device} samples per replica")]
@@ -127,7 +166,7 @@ def _unset_micro_batch(program: Program, graph: StepGraph, prompts: int, n: int)
         if role.get("micro_batch_tokens") is not None:
             continue
         pool = program.pools.get(root_of(program, role).get("pool"))
-        dp = dp_size(program, role)
+        dp = data_groups(program, role)
         if pool is None or pool.get("device") != "gpu" or prompts * n % dp:
             continue
         # samples per device in one pass: an update's mini-batch, or the whole step for a forward pass
@@ -169,17 +208,27 @@ def _token_budget(program: Program, graph: StepGraph, rollout: Decl | None) -> l
                 "a micro-batch is either a number of samples (`micro_batch`, like verl's ppo_micro_batch_size_per_gpu) "
                 "or a token budget (`micro_batch_tokens`, like verl's use_dynamic_bsz with ppo_max_token_len_per_gpu): "
                 "keep one", label="and micro_batch"))
-        if isinstance(prompt_length, int) and isinstance(new_tokens, int) and budget < prompt_length + new_tokens:
+        sp = sequence_parallel_of(role)
+        if isinstance(prompt_length, int) and isinstance(new_tokens, int) and budget * sp < prompt_length + new_tokens:
             longest = prompt_length + new_tokens
+            least = -(-longest // sp)
+            if sp > 1:  # each device holds 1/sp of a row's tokens: verl's budget per group is budget x sp
+                out.append(error(
+                    "token-budget", f"micro_batch_tokens = {budget} × sequence_parallel = {sp} is less than one whole "
+                    f"sequence of {longest} tokens (data.max_prompt_length = {prompt_length} + max_new_tokens = "
+                    f"{new_tokens})", span, f"each device holds 1/{sp} of a row's tokens: use micro_batch_tokens >= "
+                    f"{least}, e.g. {4 * least} (4 rows of the longest length per group)",
+                    label=f"{least} tokens per device per row"))
+                continue
             out.append(error(
                 "token-budget", f"micro_batch_tokens = {budget} is less than one whole sequence: data.max_prompt_length "
                 f"= {prompt_length} + max_new_tokens = {new_tokens} of `{rollout.name}` = {longest} tokens", span,
                 f"a forward pass holds at least one whole row (prompt + response): use micro_batch_tokens >= {longest}, "
                 f"e.g. {4 * longest} (4 rows of the longest length per pass)", label=f"{longest} tokens per row"))
-    return out + _call_token_budget(graph, prompt_length, new_tokens)
+    return out + _call_token_budget(program, graph, prompt_length, new_tokens)
 
 
-def _call_token_budget(graph: StepGraph, prompt_length, new_tokens) -> list[Diagnostic]:
+def _call_token_budget(program: Program, graph: StepGraph, prompt_length, new_tokens) -> list[Diagnostic]:
     """A forward call's own `micro_batch` / `micro_batch_tokens` (`ref.log_prob(micro_batch = 8)`): one of them,
     and a budget of at least one whole sequence."""
     out = []
@@ -193,12 +242,15 @@ def _call_token_budget(graph: StepGraph, prompt_length, new_tokens) -> list[Diag
                              f"micro_batch_tokens = {budget} tokens per forward pass", span,
                              "a call's micro-batch is either a number of samples or a token budget: keep one",
                              label="and micro_batch"))
-        if isinstance(prompt_length, int) and isinstance(new_tokens, int) and budget < prompt_length + new_tokens:
+        role = program.roles.get(node.target) if node.kind == "role" else None
+        sp = sequence_parallel_of(role) if role is not None else 1
+        if isinstance(prompt_length, int) and isinstance(new_tokens, int) and budget * sp < prompt_length + new_tokens:
             longest = prompt_length + new_tokens
             out.append(error("token-budget", f"micro_batch_tokens = {budget} of `{node.label}` is less than one whole "
                              f"sequence: data.max_prompt_length = {prompt_length} + max_new_tokens = {new_tokens} = "
-                             f"{longest} tokens", span,
-                             f"use micro_batch_tokens >= {longest}, e.g. {4 * longest}",
+                             f"{longest} tokens" + (f" (each device holds 1/{sp} of it: sequence_parallel = {sp})"
+                                                    if sp > 1 else ""), span,
+                             f"use micro_batch_tokens >= {-(-longest // sp)}, e.g. {4 * -(-longest // sp)}",
                              label=f"{longest} tokens per row"))
     return out
 
@@ -228,6 +280,7 @@ def _replicas_near(program: Program, role: Decl, total: int, dp: int) -> list[in
     root = root_of(program, role)
     per_dp = tp_of(role) if root is not role else 1  # root replicas per data-parallel rank of `role`
     per_root = tp_of(root) if root is not role else 1
+    per_dp *= sequence_parallel_of(role)  # a data-parallel group of `role` is this many of its replicas
     out = []
     for d in _divisors_near(total, dp):
         if d * per_dp % per_root == 0:

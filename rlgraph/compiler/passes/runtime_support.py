@@ -20,7 +20,7 @@ from rlgraph.spec.schema import TRAINED_KINDS
 
 # The codes of this pass that `rlgraph run` refuses: the runtime cannot do what the spec asks.
 REFUSES_RUN = frozenset({"kind-not-implemented", "engine-not-implemented", "tp-not-implemented",
-                         "log-probs-not-implemented", "lora-not-implemented"})
+                         "log-probs-not-implemented", "lora-not-implemented", "sequence-parallel-not-implemented"})
 
 
 def refusal(diagnostics: Iterable[Diagnostic]) -> str:
@@ -43,7 +43,22 @@ def runtime_support(program: Program, graph: StepGraph, engines: Mapping[str, En
             out += _rollout(program, graph, role, engines)
         elif role.kind in TRAINED_KINDS:
             out += _strategy(program, role) + _lora_sharded(program, role)
+        out += _sequence_parallel(role)
     return out
+
+
+def _sequence_parallel(role: Decl) -> list[Diagnostic]:
+    """Ulysses sequence parallelism is planned (batch arithmetic, memory) but rlgraph's workers run every
+    sequence whole on one device: a run would silently hold k times the activations the plan counted."""
+    sp = role.get("sequence_parallel", 1)
+    if not isinstance(sp, int) or sp <= 1:
+        return []
+    return [warning("sequence-parallel-not-implemented", f"`{role.name}` sets sequence_parallel = {sp}, which this "
+                    "runtime does not run (its workers run each sequence whole on one device)",
+                    role.span_of("sequence_parallel"),
+                    "`rlgraph run` refuses the spec; remove `sequence_parallel` (each replica then takes its own "
+                    f"samples: divide `micro_batch` by {sp} for the same rows a device, and expect {sp} times the "
+                    "activations a device) to run it here", label="not implemented")]
 
 
 def _rollout(program: Program, graph: StepGraph, role: Decl, engines: Mapping[str, EngineFacts]) -> list[Diagnostic]:
