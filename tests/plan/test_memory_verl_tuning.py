@@ -4,9 +4,9 @@ verl-project/verl's examples/tuning/{70b,32b,14b}/qwen2-*_grpo-lora_*_h100_fsdp_
 record in a comment which prompts-per-GPU ran and which ran out of memory. The settings below are theirs:
 GRPO, LoRA rank 32 all-linear, gradient checkpointing, remove_padding, 512 + 1024 tokens, n = 5, one mini-batch
 a step, vLLM at tp = GPUs, Ulysses sp 2, the ref offloaded (the actor's base under LoRA). verl's
-ppo_micro_batch_size = the whole batch (deprecated, global): per GPU under sp 2 each GPU's pass holds 44 rows
-of half length for 22 prompts a GPU, the tokens of `micro_batch = prompts per GPU` rows at full length, which
-is how it is written here (rlgraph has no sequence parallelism). verl's fsdp_config.param_offload is left
+ppo_micro_batch_size = the whole batch (deprecated, global, divided by world / sp): each sp group's pass holds
+2 x prompts-per-GPU rows, each GPU half of each row's tokens, written as `sequence_parallel = 2` and
+`micro_batch = 2 x prompts per GPU` (docs/memory.md, Ulysses). verl's fsdp_config.param_offload is left
 out (it loads the params for the update: docs/memory.md, Offload).
 """
 
@@ -36,11 +36,12 @@ def tuning_spec(model: str, gpus: int, fraction: float, per_gpu: int) -> str:
 model m {{ path = "Qwen/Qwen2.5-{model.upper()}-Instruct"  params = {params}  layers = {layers}  hidden = {hidden}
   heads = {heads}  kv_heads = {kv_heads}  vocab = {vocab}  intermediate = {inter} }}
 pool gpus {{ nodes = 1  devices_per_node = {gpus}  device = gpu  memory = 79.6GiB }}
-role actor {{ model = m  pool = gpus  replicas = {gpus}  strategy = fsdp  dtype = bf16  micro_batch = {per_gpu}
-  gradient_checkpointing = true  remove_padding = true  optimizer_offload = true  lora {{ rank = 32  alpha = 32 }} }}
+role actor {{ model = m  pool = gpus  replicas = {gpus}  strategy = fsdp  dtype = bf16  micro_batch = {2 * per_gpu}
+  sequence_parallel = 2  gradient_checkpointing = true  remove_padding = true  optimizer_offload = true  lora {{ rank = 32  alpha = 32 }} }}
 role rollout {{ colocate = actor  engine = vllm  tp = {gpus}  n = 5  memory_fraction = {fraction}
   max_new_tokens = 1024  max_sequences = 512  dtype = bf16 }}
-role ref {{ model = m  colocate = actor  dtype = bf16  micro_batch = {per_gpu}  param_offload = true }}
+role ref {{ model = m  colocate = actor  dtype = bf16  micro_batch = {2 * per_gpu}  sequence_parallel = 2
+  param_offload = true }}
 reward exact {{ fn = "rlgraph.tasks.arith:exact_match" }}
 data {{ train = "builtin:arith/train"  batch_size = {prompts}  max_prompt_length = 512 }}
 step {{
