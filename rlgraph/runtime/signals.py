@@ -9,6 +9,11 @@
 - in the loop: SIGTERM and the first Ctrl-C let the step in progress finish, the loop checkpoints it and
   raises Stopped; a second Ctrl-C stops at once (KeyboardInterrupt), keeping the last complete checkpoint.
 
+Presses are counted as they arrive, not as the handler runs: Python runs a handler only when the main thread
+is back in Python code (Ray's driver looks once a second while it waits), and two signals of a kind that arrive
+before it looks make one call. The C-level handler writes each signal's number into a wakeup pipe as it comes
+(signal.set_wakeup_fd); the handler reads them all, so a double Ctrl-C within that second is two presses.
+
 Ray's driver sets a SIGTERM handler of its own in ray.init (sys.exit) and its C++ core one that prints a
 stack dump; cluster.keeping_signal_handlers keeps ours over ray.init. The handlers before `installed()`
 come back after.
@@ -17,6 +22,7 @@ come back after.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -65,6 +71,7 @@ class StopRequest:
         self.phase = "starting"  # what the run does before the loop: "while {phase}" in the stop message
         self.run_dir: Path | None = None  # where the run writes, once known: the stop message names its checkpoint
         self._previous: dict[int, Any] | None = None
+        self._arrivals: int | None = None  # the wakeup pipe's read end: one byte per signal as it arrived
 
     @property
     def requested(self) -> bool:
@@ -88,6 +95,7 @@ class StopRequest:
             yield self
             return
         self._previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
+        counting = self._count_arrivals()
         self.install()
         try:
             yield self
@@ -95,6 +103,36 @@ class StopRequest:
             previous, self._previous = self._previous, None
             for signum, handler in previous.items():
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+            counting.close()
+
+    def _count_arrivals(self) -> contextlib.ExitStack:
+        """The wakeup pipe, unless something else (an asyncio loop) has one: then each handler call is a press."""
+        stack = contextlib.ExitStack()
+        read_end, write_end = os.pipe()
+        for fd in (read_end, write_end):
+            os.set_blocking(fd, False)
+            stack.callback(os.close, fd)
+        theirs = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        if theirs != -1:
+            signal.set_wakeup_fd(theirs)
+            stack.close()
+            return stack
+        self._arrivals = read_end
+        stack.callback(setattr, self, "_arrivals", None)
+        stack.callback(signal.set_wakeup_fd, -1)  # run first: nothing writes into the pipe once it closes
+        return stack
+
+    def _arrived(self, signum: int) -> list[int]:
+        """The signals of ours that arrived since the handler last ran (`signum` itself without the pipe)."""
+        if self._arrivals is None:
+            return [signum]
+        arrived = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self._arrivals, 256):
+                arrived += chunk
+        # a signal that arrives while the handler runs was read above and trips the handler once more: that
+        # call finds nothing new, and counts nothing
+        return [number for number in arrived if number in SIGNALS]
 
     def install(self) -> None:
         """(Re)install the handlers: inside `installed()` only, e.g. after something replaced them."""
@@ -105,7 +143,8 @@ class StopRequest:
 
     def _handle(self, signum: int, frame: Any) -> None:
         was_at_once = self.at_once
-        self._receive(signum)
+        for arrived in self._arrived(signum):
+            self._receive(arrived)
         # once: what everything already unwinds on (actors, Ray and the console stop); a later press must not
         # cut that clean-up short
         if self.at_once and not was_at_once:

@@ -132,11 +132,12 @@ def test_sigterm_checkpoints_the_step_in_progress_and_a_second_run_is_refused(ar
 
 
 @contextlib.contextmanager
-def ctrl_c(after_step: int, times: int = 1):
+def ctrl_c(after_step: int, times: int = 1, gap: float | None = None):
     """Press Ctrl-C (SIGINT to this process) `times` times once step `after_step + 1` is in progress (the
     driver waits for its results), each after the run handled the one before, as a person does who has seen
-    the first one's message (Ray's driver looks at signals once a second while it waits, and two that arrive
-    before it looks are one). Yields [(the last finished step when it was sent, when)].
+    the first one's message; with `gap`, each `gap` seconds after the one before, handled or not (a quick
+    double press: Ray's driver looks at signals once a second while it waits). Yields [(the last finished
+    step when it was sent, when)].
 
     The step in progress is seen from inside, not from metrics.jsonl: its line is written before the step's
     checkpoint is published, and a press in between stops the run after that step, before the next begins."""
@@ -162,7 +163,9 @@ def ctrl_c(after_step: int, times: int = 1):
         while not (begun.wait(0.05) or finished.is_set()):
             pass
         for i in range(times):
-            if finished.is_set() or (i and not wait_until(lambda: handled(i), 10, stop=finished)):
+            if i and gap is not None:
+                time.sleep(gap)
+            if finished.is_set() or (i and gap is None and not wait_until(lambda: handled(i), 10, stop=finished)):
                 return
             sent.append((after_step if after_step + 1 in in_progress else -1, time.monotonic()))
             os.kill(os.getpid(), signal.SIGINT)
@@ -216,4 +219,16 @@ def test_a_second_ctrl_c_stops_at_once_and_names_the_last_checkpoint(run_cli, tm
     assert returned - sent[1][1] < 5, f"stopped {returned - sent[1][1]:.1f} s after the second Ctrl-C"
     assert checkpoint_steps(tmp_path) == [1], out  # the step in progress was not checkpointed
     assert "stopped at once; the last complete checkpoint is step 1" in out, out
+    assert "Traceback" not in out and RESUME.search(out), out
+
+
+def test_a_quick_double_ctrl_c_is_two_presses_and_stops_at_once(run_cli, tmp_path):
+    # two presses 0.1 s apart, both while the driver waits inside Ray (which runs Python's handler once a second):
+    # once counted as one press, so the run finished the step and checkpointed it
+    with ctrl_c(after_step=1, times=2, gap=0.1) as sent:
+        code, out = run_cli(SPEC, "--output", tmp_path, *fast(steps=3, batch_size=512, checkpoint_every=1))
+    assert code == 130, out
+    assert len(sent) == 2 and sent[1][0] == 1, (sent, out)  # both landed in step 2
+    assert "stopped at once; the last complete checkpoint is step 1" in out, out
+    assert checkpoint_steps(tmp_path) == [1], out
     assert "Traceback" not in out and RESUME.search(out), out

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from .helpers import REPO, fast
@@ -67,9 +68,11 @@ class Run:
         self.processes.update(descendants(self.process.pid))
         return self.process.poll() is None
 
-    def signal_group(self, signum: int, times: int = 1) -> None:
+    def signal_group(self, signum: int, times: int = 1, gap: float = 0.0) -> None:
         self.processes.update(descendants(self.process.pid))
-        for _ in range(times):
+        for i in range(times):
+            if i and gap:
+                time.sleep(gap)
             os.killpg(self.process.pid, signum)
 
     def finish(self, timeout: float = 120) -> tuple[int, str]:
@@ -139,3 +142,43 @@ def test_ctrl_c_while_the_runtime_loads_stops_in_one_line(arith_model, tmp_path)
     assert stopped and stopped.group(1) == "Ctrl-C", out
     assert stopped.group(2) in ("loading the runtime", "checking the run's inputs", "starting Ray"), out
     assert not run.left_running(), run.left_running()
+
+
+def test_signals_that_arrive_before_the_handler_runs_are_each_counted():
+    # Python calls a handler once for every signal of a kind that arrived since it last looked; the C-level
+    # handler writes each into the wakeup pipe as it comes. Two Ctrl-C bytes and one handler call stand for a
+    # double press inside one of Ray's one-second waits: in the loop that is "stop at once".
+    from rlgraph.runtime.signals import StopRequest
+
+    stop = StopRequest()
+    with stop.installed():
+        stop.deferring = True
+        pipe = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(pipe)
+        assert pipe != -1
+        os.write(pipe, bytes([signal.SIGINT, signal.SIGINT]))
+        handler = signal.getsignal(signal.SIGINT)
+        try:
+            handler(signal.SIGINT, None)
+        except KeyboardInterrupt:
+            pass
+        else:
+            raise AssertionError("a double Ctrl-C did not stop at once")
+        assert stop.received == [signal.SIGINT, signal.SIGINT] and stop.at_once
+        handler(signal.SIGINT, None)  # the call a press during the handler trips finds nothing new
+        assert len(stop.received) == 2
+    assert signal.set_wakeup_fd(-1) == -1  # the pipe is gone with the handlers
+
+
+def test_a_quick_double_ctrl_c_in_a_terminal_stops_at_once(arith_model, tmp_path):
+    # a terminal sends Ctrl-C to the whole foreground group; two presses 0.1 s apart while the driver waits on a
+    # step were once one (Python ran the handler once, for both), so the run went on to checkpoint the step
+    run = Run(tmp_path / "run", *fast(steps=30, batch_size=256, checkpoint_every=1))
+    assert wait_until(lambda: last_step(tmp_path / "run") >= 1 or not run.running(), 300), "no step in 300 s"
+    assert run.running(), run.finish()[1]
+    run.signal_group(signal.SIGINT, times=2, gap=0.1)
+    code, out = run.finish()
+    assert code == 130, out
+    assert "Traceback" not in out, out
+    assert "stopped at once" in out and RESUME.search(out), out
+    assert run.processes and not run.left_running(), run.left_running()
