@@ -256,16 +256,17 @@ class DeviceProcess:
                                            collective_timeout_s=collective_timeout_s)
             self.sync_groups[edge] = (group, backend)
 
-    def send_weights(self, role: str, edge: str | None, bucket_bytes: int | None = None) -> int:
-        """Stream `role`'s weights to `edge`'s rollouts; bytes sent. `edge` None: a rank of a sharded source
-        outside the group, which only takes part in the gathers."""
+    def send_weights(self, role: str, edge: str | None, bucket_bytes: int | None = None,
+                     dtype: str | None = None) -> int:
+        """Stream `role`'s weights to `edge`'s rollouts, the parameters in `dtype` (the rollout's); bytes sent.
+        `edge` None: a rank of a sharded source outside the group, which only takes part in the gathers."""
         from rlgraph.workers import weight_sync
 
         with self._reporting(role, f"sending its weights over `{edge}`" if edge else "gathering its weights"):
             group, backend = self.sync_groups[edge] if edge else (None, "gloo")
             send = weight_sync.broadcaster(group) if group is not None else None
             return weight_sync.send_weights(self.workers[role].module, send, cap=bucket_bytes or weight_sync.BUCKET_BYTES,
-                                            device=weight_sync.transport_device(backend))
+                                            device=weight_sync.transport_device(backend), dtype=dtype)
 
     def receive_weights(self, role: str, edge: str) -> float:
         """Load the weights streamed over `edge` into `role`'s rollout, bucket by bucket; the seconds it took,

@@ -41,6 +41,7 @@ class SyncEdge:
     target: str
     processes: tuple[str, ...]  # in rank order: the source's rank-0 process, then the rollout replicas'
     backend: str  # gloo | nccl
+    dtype: str  # the rollout's dtype: what the parameters travel in (half the bytes of fp32 masters for bf16)
 
     @property
     def name(self) -> str:
@@ -62,7 +63,7 @@ def collective_edges(plan: Plan, specs: dict[str, WorkerSpec]) -> list[SyncEdge]
         rank0 = next(p for p in source_rows if p.replica == 0)
         rows = [rank0, *sorted(target_rows, key=lambda p: p.replica)]
         backend = "nccl" if all(device[p.pool] == "gpu" for p in rows) else "gloo"
-        edges.append(SyncEdge(source, target, tuple(p.process for p in rows), backend))
+        edges.append(SyncEdge(source, target, tuple(p.process for p in rows), backend, plan.role(target).settings.dtype))
     return edges
 
 
@@ -88,7 +89,7 @@ def start_sync(lowered: LoweredView, edge: SyncEdge, bucket_bytes: int | None = 
     (None: rlgraph/workers/weight_sync.py BUCKET_BYTES)."""
     source = lowered.groups[edge.source]
     # a sharded source: every rank gathers each parameter, rank 0 (replica 0) sends it
-    refs = [m.handle.send_weights.remote(edge.source, edge.name if m.replica == 0 else None, bucket_bytes)
+    refs = [m.handle.send_weights.remote(edge.source, edge.name if m.replica == 0 else None, bucket_bytes, edge.dtype)
             for m in source.members_for_one()]
     refs += [lowered.processes[process].receive_weights.remote(edge.target, edge.name)
              for process in edge.processes[1:]]

@@ -10,6 +10,11 @@ What travels, per sync:
     buckets  flattened tensors of one dtype, at most `BUCKET_BYTES` each (a tensor larger than that is a
              bucket of its own), in the header's order
 
+The parameters travel in the receiving engine's dtype where it is narrower (`dtype`), cast as each bucket is
+packed: a bf16 rollout of a trainer with fp32 master weights gets half the bytes, and the same values it would
+have rounded to on loading them (a copy into a bf16 parameter rounds the same way). Buffers travel as they
+are: they are few and small, and an engine may keep one in float32.
+
 The sender packs one bucket at a time and the receivers load each into the engine as it arrives
 (`engine.load_weights` takes (name, tensor) pairs), so neither side holds more than one bucket beyond the
 model itself: no state dict through Ray's object store, no whole host copy. A model sharded with fsdp is
@@ -78,11 +83,13 @@ def plan_buckets(layout: Iterable[tuple[str, tuple[int, ...], torch.dtype]], cap
 
 
 def pack(bucket: Bucket, tensors: Iterable[torch.Tensor], device: torch.device | str = "cpu") -> torch.Tensor:
-    """The bucket's tensors (in its order) copied into one flat tensor on `device`."""
+    """The bucket's tensors (in its order) copied into one flat tensor on `device`; floating-point tensors are
+    cast to the bucket's floating-point dtype as they are copied (no second copy of a tensor)."""
     flat = torch.empty(sum(bucket.numels), dtype=bucket.dtype, device=device)
     offset = 0
     for name, numel, tensor in zip(bucket.names, bucket.numels, tensors, strict=True):
-        if tensor.numel() != numel or tensor.dtype != bucket.dtype:
+        castable = tensor.is_floating_point() and bucket.dtype.is_floating_point
+        if tensor.numel() != numel or (tensor.dtype != bucket.dtype and not castable):
             raise ValueError(f"`{name}` is {tensor.dtype} {tuple(tensor.shape)}, the bucket expects {bucket.dtype} "
                              f"with {numel} elements")
         flat[offset : offset + numel].copy_(tensor.reshape(-1))
@@ -101,13 +108,14 @@ def unpack(bucket: Bucket, flat: torch.Tensor) -> list[tuple[str, torch.Tensor]]
 
 @torch.no_grad()
 def send_weights(module: torch.nn.Module, send: Transfer | None, *, device: torch.device | str = "cpu",
-                 cap: int = BUCKET_BYTES) -> int:
+                 cap: int = BUCKET_BYTES, dtype: torch.dtype | str | None = None) -> int:
     """Stream `module`'s weights through `send` (rank 0 of the sync group); bytes sent.
 
-    A module sharded with fsdp: every rank of its data-parallel group calls this (each parameter is
+    `dtype`: the receiving engine's dtype, which the floating-point parameters travel in (None: each in its
+    own). A module sharded with fsdp: every rank of its data-parallel group calls this (each parameter is
     gathered by all of them in the same order); the ranks outside the sync group pass `send=None`."""
     weights = _unique_weights(module)
-    buckets = plan_buckets(((name, tuple(t.shape), t.dtype) for name, t in weights.items()), cap)
+    buckets = plan_buckets(wire_layout(weights, dtype), cap)
     if send is not None:
         header = torch.frombuffer(bytearray(_encode(buckets)), dtype=torch.uint8).to(device)
         send(torch.tensor([header.numel()], dtype=torch.int64, device=device))
@@ -202,6 +210,23 @@ def transport_device(backend: str) -> torch.device:
 
 
 # --- helpers ---
+
+
+def wire_layout(weights: dict[str, Any], dtype: torch.dtype | str | None) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+    """(name, shape, dtype on the wire) of each weight: a floating-point parameter in `dtype` where that is
+    narrower than its own (widening would only add bytes: the engine widens exactly on loading), anything
+    else (a buffer, an integer tensor, `dtype` None) in its own."""
+    from rlgraph.workers import lora
+    from rlgraph.workers.loading import as_dtype
+
+    wire = as_dtype(dtype) if dtype is not None else None
+
+    def on_wire(tensor: Any) -> torch.dtype:
+        parameter = isinstance(tensor, (torch.nn.Parameter, lora.MergedWeight))
+        narrower = wire is not None and wire.is_floating_point and wire.itemsize < tensor.dtype.itemsize
+        return wire if narrower and parameter and tensor.dtype.is_floating_point else tensor.dtype
+
+    return [(name, tuple(t.shape), on_wire(t)) for name, t in weights.items()]
 
 
 def _unique_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:

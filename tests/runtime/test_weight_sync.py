@@ -96,12 +96,67 @@ def test_send_and_receive_over_a_gloo_group_of_their_own():
     assert len(loaded) > 2 and all(size <= 1024 or len(names) == 1 for size, names in zip(sizes, loaded))
 
 
-def _wire_of(module: torch.nn.Module, cap: int):
+def test_a_bf16_rollout_gets_its_parameters_in_bf16_over_gloo_half_the_bytes_and_exactly_its_cast():
+    """fp32 master weights into a bf16 rollout: every parameter bucket on the wire is bf16 (half the bytes
+    of the fp32 stream), the float32 buffer travels as it is, and the receiving bf16 module ends equal to
+    the trainer's weights cast to bf16, as loading the fp32 stream would have rounded them."""
+    sender = _tiny_module()
+    receiver = _tiny_module().to(torch.bfloat16)
+    with torch.no_grad():
+        for p in receiver.parameters():
+            p.zero_()
+    store = ws.open_store("127.0.0.1", 2, 30)
+    dtypes_seen: dict[str, torch.dtype] = {}
+    results: dict[int, object] = {}
+
+    def load(pairs):
+        dtypes_seen.update((n, t.dtype) for n, t in pairs)
+        receiver.load_state_dict(dict(pairs), strict=False)
+
+    def rank(r: int) -> None:
+        try:
+            group = ws.open_group("127.0.0.1", store.port, r, 2, "gloo", rendezvous_timeout_s=30,
+                                  collective_timeout_s=30, store=store if r == 0 else None)
+            transfer = ws.broadcaster(group)
+            results[r] = (ws.send_weights(sender, transfer, cap=1024, dtype="bfloat16") if r == 0
+                          else ws.receive_weights(transfer, load))
+        except BaseException as err:  # surfaced below
+            results[r] = err
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(isinstance(v, BaseException) for v in results.values()), results
+    parameters = {n for n, _ in sender.named_parameters()}
+    assert {n: d for n, d in dtypes_seen.items() if n in parameters} == dict.fromkeys(parameters, torch.bfloat16)
+    assert dtypes_seen["scale"] == torch.float32  # a buffer as it is
+    full_precision = ws.send_weights(sender, lambda t: None, cap=1024)
+    buffer_bytes = sender.scale.numel() * 4
+    bf16_norm = sum(p.numel() * 2 for p in sender.norm.parameters())  # already bf16: the same either way
+    assert results[0] == results[1] == (full_precision - buffer_bytes - bf16_norm) // 2 + buffer_bytes + bf16_norm
+    cast = {n: t.to(torch.bfloat16) if n in parameters else t for n, t in sender.state_dict().items()}
+    for name, value in receiver.state_dict().items():
+        assert torch.equal(value, cast[name].to(value.dtype)), name
+
+
+def test_a_float32_rollout_gets_the_weights_as_they_are_bit_for_bit():
+    """Nothing is widened: the bf16 norm travels in bf16 (the engine widens it exactly on loading)."""
+    sender = _tiny_module()
+    replay = _wire_of(sender, cap=1024, dtype="float32")
+    received: dict[str, torch.Tensor] = {}
+    ws.receive_weights(replay, lambda pairs: received.update((n, t.clone()) for n, t in pairs))
+    for name, tensor in received.items():
+        assert tensor.dtype == sender.state_dict()[name].dtype and torch.equal(tensor, sender.state_dict()[name])
+
+
+def _wire_of(module: torch.nn.Module, cap: int, dtype: str | None = None):
     """What send_weights puts on the wire for `module`, as a receive that replays it."""
     from collections import deque
 
     wire: deque = deque()
-    ws.send_weights(module, lambda t: wire.append(t.clone()), cap=cap)
+    ws.send_weights(module, lambda t: wire.append(t.clone()), cap=cap, dtype=dtype)
     return lambda t: t.copy_(wire.popleft())
 
 
@@ -226,6 +281,27 @@ def test_rollout_replicas_get_the_actors_weights_exactly_without_the_object_stor
         assert _seen(started) == []
         for weights in _rollout_weights(started):
             _assert_equal(weights, actor)
+
+
+def test_a_bf16_rollout_on_its_own_pool_gets_the_actors_cast_weights_in_half_the_bytes(ray_session, arith_model):
+    """An fp32-master actor syncing into a bf16 rollout: the edge carries the rollout's dtype, the sender puts
+    half the fp32 bytes on the gloo group, and the engine holds exactly the actor's weights cast to bf16."""
+    from rlgraph.runtime.weight_sync import start_sync
+
+    plan = grpo_plan(rollout_pool="gen")
+    plan.roles = [dataclasses.replace(r, settings=dataclasses.replace(r.settings, dtype="bfloat16"))
+                  if r.name == "rollout" else r for r in plan.roles]
+    with Started(plan, process_class=ProbeProcess) as started:
+        edge = started.lowered.sync_edges[("actor", "rollout")]
+        assert (edge.backend, edge.dtype) == ("gloo", "bfloat16")
+        ray.get(started.lowered.process_of("actor").nudge.remote("actor", 3))
+        actor = _full_actor(started)
+        sent_fp32, _ = ray.get(start_sync(started.lowered, dataclasses.replace(edge, dtype="float32")))
+        sent, _ = ray.get(start_sync(started.lowered, edge))
+        assert sent_fp32 == 2 * sent  # arith-gpt has parameters only, all fp32 masters
+        rollout = _rollout_weights(started)[0]
+        assert {t.dtype for t in rollout.values()} == {torch.bfloat16}
+        _assert_equal(rollout, {k: t.to(torch.bfloat16) for k, t in actor.items()})
 
 
 def test_a_sharded_actor_gathers_on_every_rank_and_rank_0_sends(ray_session, arith_model):
