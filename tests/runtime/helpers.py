@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -11,6 +12,19 @@ SPECS = REPO / "specs"
 
 def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def killed_after(run_dir: Path, into: Path, step: int) -> Path:
+    """A copy of a finished run's folder as the run would be left if it were killed right after its step-`step`
+    checkpoint: the later checkpoints gone, the later steps' metrics and samples lines still there (a resume
+    must cut them back). A resume test compares a resume of this folder with the run it was copied from, and
+    saves the shorter run it would otherwise train first (each run pays its processes' start-up)."""
+    shutil.copytree(run_dir, into)
+    for checkpoint in (into / "checkpoints").glob("step_*"):
+        if int(checkpoint.name.removeprefix("step_")) > step:
+            shutil.rmtree(checkpoint)
+    assert (into / "checkpoints" / f"step_{step}").is_dir(), f"{run_dir} kept no step_{step} checkpoint"
+    return into
 
 
 def fast(steps: int = 2, batch_size: int = 16, checkpoint_every: int = 0, validate_every: int = 0, **extra) -> list[str]:

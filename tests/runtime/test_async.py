@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from .helpers import fast, read_metrics
+from .helpers import killed_after, fast, read_metrics
 from .test_recovery import _device_processes, _steps
 
 SPEC = "specs/grpo_arith_async.rl"
@@ -63,9 +63,9 @@ def test_a_resumed_async_run_neither_loses_nor_repeats_a_prompt(run_cli, tmp_pat
     generates it with the checkpoint's weights), so each step trains on the prompts it would have."""
     args = ["-s", "train.staleness=1", "-s", "train.samples_every=1", *SMALL]
     whole, parts = tmp_path / "whole", tmp_path / "parts"
-    assert run_cli(SPEC, "--output", whole, *fast(steps=4, batch_size=16), *args)[0] == 0
-    assert run_cli(SPEC, "--output", parts, *fast(steps=2, batch_size=16), *args)[0] == 0
-    code, text = run_cli(SPEC, "--output", parts, *fast(steps=4, batch_size=16), *args)
+    assert run_cli(SPEC, "--output", whole, *fast(steps=4, batch_size=16, checkpoint_every=2), *args)[0] == 0
+    killed_after(whole, parts, step=2)  # step 2's checkpoint was written while step 3's batch was generated
+    code, text = run_cli(SPEC, "--output", parts, *fast(steps=4, batch_size=16, checkpoint_every=2), *args)
     assert code == 0 and "resuming from" in text, text
     assert _steps(parts / "metrics.jsonl") == [0, 1, 2, 3, 4]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .helpers import SPECS, Started, fast, plan_from_spec, read_metrics
+from .helpers import killed_after, SPECS, Started, fast, plan_from_spec, read_metrics
 
 REMAX = SPECS / "remax_arith.rl"
 DAPO = SPECS / "dapo_arith.rl"
@@ -154,10 +154,10 @@ def test_a_resumed_dynamic_sampling_run_trains_on_the_prompts_of_an_unbroken_one
     neither repeats nor skips a prompt (each step trains on the prompts the unbroken run trained on)."""
     args = ["-s", "train.samples_every=1"]
     whole, parts = tmp_path / "whole", tmp_path / "parts"
-    code, text = run_cli(DAPO, "--output", whole, *fast(steps=4, batch_size=16), *args)
+    code, text = run_cli(DAPO, "--output", whole, *fast(steps=4, batch_size=16, checkpoint_every=2), *args)
     assert code == 0, text
-    assert run_cli(DAPO, "--output", parts, *fast(steps=2, batch_size=16), *args)[0] == 0
-    code, text = run_cli(DAPO, "--output", parts, *fast(steps=4, batch_size=16), *args)
+    killed_after(whole, parts, step=2)
+    code, text = run_cli(DAPO, "--output", parts, *fast(steps=4, batch_size=16, checkpoint_every=2), *args)
     assert code == 0 and "resuming from" in text, text
 
     def prompts(run: Path) -> dict[int, list[str]]:

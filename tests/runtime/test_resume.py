@@ -1,12 +1,13 @@
-"""Checkpoints: a run stopped after a checkpoint and resumed ends bit-identical to one that never
-stopped, and a checkpoint's actor folder is a plain Hugging Face model that answers the task."""
+"""Checkpoints: a run killed after a checkpoint and resumed ends bit-identical to one that never
+stopped (the killed run: a copy of the unbroken one without its last checkpoint, `killed_after`; a run stopped
+by its own train.steps and extended: test_resume_changes.py), and a checkpoint's actor folder is a plain Hugging Face model that answers the task."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from .helpers import fast, read_metrics
+from .helpers import fast, killed_after, read_metrics
 
 SPEC = "specs/ppo_arith.rl"  # actor, critic, ref and an in-place rollout: every kind of state
 
@@ -36,8 +37,7 @@ def test_resumed_run_ends_bit_identical(run_cli, runs, layout):
     full, part = runs / f"full{suffix}", runs / f"part{suffix}"
     code, out = run_cli(SPEC, "--output", full, *fast(steps=2, checkpoint_every=1), *layout)
     assert code == 0, out
-    code, out = run_cli(SPEC, "--output", part, *fast(steps=1, checkpoint_every=1), *layout)
-    assert code == 0, out
+    killed_after(full, part, step=1)
     code, out = run_cli(SPEC, "--output", part, *fast(steps=2, checkpoint_every=1), *layout)
     assert code == 0, out
     assert "resuming from" in out and "(step 1)" in out
