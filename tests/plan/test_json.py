@@ -26,7 +26,7 @@ def test_schema_keys():
     assert {"stage", "calls", "concurrent", "lanes"} == set(data["schedule"][0])
     assert {"pool", "node", "device", "estimated_bytes", "capacity_bytes", "breakdown", "host"} == \
         set(data["memory"][0])
-    assert {"name", "kind", "model", "model_path", "pool", "replicas", "tp", "colocate", "settings"} == \
+    assert {"name", "kind", "model", "model_path", "pool", "replicas", "tp", "sequence_parallel", "colocate", "settings"} == \
         set(data["roles"][0])
     assert {"id", "label", "kind", "target", "method", "role_kind", "inputs", "outputs", "kwargs",
             "stage", "settings"} == set(data["calls"][0])
