@@ -30,7 +30,8 @@ docs/memory.md writes out every formula; in short, per device:
 - an out-of-memory names the biggest cause first and only changes verified to fit
   (memory_advice.py). When only the working memory of rows at full length is over
   (the activations and logits of micro-batches counted in rows), a worst case that
-  real, shorter rows stay under, it is a warning with the longest row that fits. An
+  real, shorter rows stay under, it is a warning with the longest row that fits, as
+  long as that is at least half the full length (FULL_LENGTH_SHARE; an error below). An
   hf engine's KV cache is not such a case: it grows to the longest of all the rows
   it generates together, and one of hundreds reaching max_new_tokens is common.
   A device that fits by less than its working memory's measured error is a
@@ -704,8 +705,9 @@ def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], p
         def holds(longest: int) -> bool:
             return all(r.estimated_bytes <= capacity for r in rows_at(longest) if r.pool == pool.name)
 
-        if length > 1 and holds(1):  # only the working memory of long rows does not fit: a worst case
-            out.append(_full_length_warning(program, pool, worst, length, _longest_that_fits(holds, length)))
+        longest = _longest_that_fits(holds, length) if length > 1 and holds(1) else 0
+        if longest >= FULL_LENGTH_SHARE * length:  # only the working memory of long rows does not fit: a worst case
+            out.append(_full_length_warning(program, pool, worst, length, longest))
             continue
         items = sorted(worst.breakdown.items(), key=lambda kv: -kv[1])
         terms = " + ".join(f"{k} {format_bytes(v)}" for k, v in items if v)
@@ -721,11 +723,13 @@ def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], p
         role = program.roles.get(top_role)
         total = pool.nodes * pool.devices_per_node
         fixes = verified_fixes(program, pool.name, fit_test(program))
+        short = (f"; at full length ({length:,} tokens) it holds micro-batches whose longest row is up to "
+                 f"{longest:,} tokens, under {FULL_LENGTH_SHARE:.0%} of it" if longest else "")
         out.append(error(
             "out-of-memory",
             f"estimated {format_bytes(worst.estimated_bytes)} on device {worst.device} of node {worst.node} of pool "
             f"`{pool.name}` exceeds its {format_bytes(capacity)} ({len(over)} of {total} device"
-            f"{'s' * (total != 1)} over, by {math.ceil(100 * (worst.estimated_bytes / capacity - 1))}%)",
+            f"{'s' * (total != 1)} over, by {math.ceil(100 * (worst.estimated_bytes / capacity - 1))}%){short}",
             decl.span_of("memory"),
             cause,
             f"per device{at}: {terms}",
@@ -735,6 +739,13 @@ def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], p
             notes=[(f"`{top_role}` holds the most", role.span)] if role is not None else ()))
     return out
 
+
+# A launch over its devices only at full length is a warning while rows of at least this share of the full length
+# fit: real rows are shorter (verl runs such launches); below it, an error. Calibrated against verl's recorded
+# batch-size searches (docs/memory.md): every batch verl ran holds rows of at least 837 of 1,536 tokens (54%) in
+# the estimate, the largest of each search that ran out of memory at most 759 (49%). The smaller sizes that ran
+# out (72B at 23 and 24 prompts a GPU: 1,041 and 993 tokens) stay warnings: the estimate cannot tell them apart.
+FULL_LENGTH_SHARE = 0.5
 
 # How far the working memory of a pass (activations, logits) may be off: the worst of bench/calibrate_memory.py's
 # measurements (docs/memory.md, Calibration: every pass within 0.84-1.05 of its estimate). The weights, grads
