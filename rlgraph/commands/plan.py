@@ -16,6 +16,7 @@ import sys
 
 from rlgraph.api import compile
 from rlgraph.diagnostics import has_errors, render_full
+from rlgraph.importers.verl_overrides import is_imported, verl_change
 from rlgraph.plan.memory import fit_test
 from rlgraph.plan.memory_advice import verified_changes
 from rlgraph.plan.model import Plan
@@ -59,6 +60,15 @@ def plan_command(file: str, overrides: list[str], fmt: str = "text", output: str
 # The smallest change the out-of-memory advice verified (rlgraph/plan/memory_advice.py) is written into the
 # spec's text (rlgraph/spec/edit.py), formatted, planned again as the text of the original file (so includes
 # and relative paths resolve as they do for it) and shown as a diff. A spec that fits is left alone.
+
+def _as_verl(program, applied) -> str:
+    """The fitting changes of a spec `rlgraph import verl` wrote, as overrides of the launch it came from."""
+    change = verl_change(program, tuple(edit for c in applied for edit in c.edits))
+    lines = ["the same change to the verl launch, as overrides:\n"]
+    lines += [f"  {override}\n" for override in change.overrides]
+    lines += [f"  (no verl override for {what})\n" for what in change.unsaid]
+    return "".join(lines) if change.overrides or change.unsaid else ""
+
 
 MAX_ROUNDS = 4  # one change per pool that is over; a few pools at most
 
@@ -114,6 +124,8 @@ def fit_command(file: str, output: str | None = None) -> int:
         sys.stdout.writelines(difflib.unified_diff(text.splitlines(keepends=True), fitted.splitlines(keepends=True),
                                                    fromfile=file, tofile=output or f"{file} (fitted)"))
         sys.stderr.write("".join(f"fits with {change.text}\n" for change in applied))
+        if is_imported(text):
+            sys.stderr.write(_as_verl(compilation.program, applied))
     if output:
         try:
             with open(output, "w", encoding="utf-8") as f:
