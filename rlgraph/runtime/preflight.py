@@ -242,6 +242,17 @@ def _check_user_functions(plan: Plan) -> None:
     from rlgraph.contract.settings import UserFunctionSettings
     from rlgraph.workers.user_functions import UserFunctionError, check_loss, check_transform, load_user_function
 
+    from rlgraph.contract.settings import JudgeSettings
+
+    for role in plan.roles:  # a judge's parser function: imported and its signature checked, as a reward's
+        if isinstance(role.settings, JudgeSettings):
+            from rlgraph.workers.judge import JudgeVerdictError, load_parser
+            from rlgraph.workers.reward_process import RewardFunctionError
+
+            try:
+                load_parser(role.settings.parser, role.settings.base_dir)
+            except (JudgeVerdictError, RewardFunctionError) as err:
+                raise PreflightError(f"judge `{role.name}`: {err}") from None
     for call in plan.calls:
         try:
             if isinstance(call.settings, UserFunctionSettings):
