@@ -16,6 +16,7 @@ Pure Python with jinja2: the compiler imports it (no torch).
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from pathlib import Path
@@ -31,6 +32,11 @@ _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _YES_NO = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
 
 Parser = Callable[[str, str, str, Any], "float | None"]
+
+
+class JudgeVerdictError(Exception):
+    """More verdicts of a batch than the judge's `max_invalid_fraction` allows hold no score, or its parser
+    raised: a user's error (the template, the parser, the judge model), said without a traceback."""
 
 
 class TemplateProblem(Exception):
@@ -58,9 +64,11 @@ def template_text(template: str, base_dir: str | Path | None) -> str:
 
 def _environment() -> Any:
     import jinja2
+    from jinja2.sandbox import SandboxedEnvironment
 
-    # StrictUndefined: a misspelt field is an error, not an empty string in every judge prompt
-    return jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    # StrictUndefined: a misspelt field is an error, not an empty string in every judge prompt. Sandboxed: a
+    # template from someone else's spec reads the sample's fields, not Python's internals (`''.__class__`)
+    return SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
 
 def compile_template(text: str) -> Any:
@@ -73,11 +81,13 @@ def compile_template(text: str) -> Any:
         parsed = environment.parse(text)
     except jinja2.TemplateSyntaxError as err:
         raise TemplateProblem(f"the judge's template does not parse: {err.message}", err.lineno or 1) from None
-    unknown = sorted(meta.find_undeclared_variables(parsed) - set(TEMPLATE_FIELDS))
+    unknown = meta.find_undeclared_variables(parsed) - set(TEMPLATE_FIELDS)
     if unknown:
-        name = unknown[0]
-        line = next((i for i, row in enumerate(text.splitlines(), 1) if re.search(rf"\b{re.escape(name)}\b", row)), 1)
-        raise TemplateProblem(f"the judge's template reads `{name}`, which a sample does not have", line)
+        # the first one the template reads, at the line of its first use within {{ }} or {% %}
+        line, name = next((line, value) for line, kind, value in environment.lex(text)
+                          if kind == "name" and value in unknown)
+        hint = f" (did you mean `{close[0]}`?)" if (close := difflib.get_close_matches(name, TEMPLATE_FIELDS, 1)) else ""
+        raise TemplateProblem(f"the judge's template reads `{name}`, which a sample does not have{hint}", line)
     return environment.from_string(text)
 
 

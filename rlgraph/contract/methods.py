@@ -75,8 +75,9 @@ ROLE_METHODS: dict[tuple[str, str], RoleMethod] = {(m.kind, m.method): m for m i
     RoleMethod("critic", "update", "update", (Port("values", TOKEN), Port("returns", TOKEN)), (), "split",
                s.CriticUpdateSettings, _UPDATE_ARGS),
     RoleMethod("reward_model", "score", "score", _RESPONSES, (Port("scores", TOKEN),), "split", s.ForwardSettings),
-    # an LLM judge: a generated verdict per sample, parsed into its score (NaN where it holds none)
-    RoleMethod("judge", "score", "score", _RESPONSES, (Port("scores", TOKEN),), "split", s.ForwardSettings),
+    # an LLM judge: a generated verdict per sample, parsed into its score (NaN where it holds none); the call
+    # takes no settings: how it generates is its role's (JudgeSettings)
+    RoleMethod("judge", "score", "score", _RESPONSES, (Port("scores", TOKEN),), "split", s.NoSettings),
 )}
 
 

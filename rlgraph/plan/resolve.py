@@ -106,7 +106,7 @@ def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int
         return s.OverlongPenaltySettings(kw["buffer"], kw["penalty_factor"], rollout.max_new_tokens)
     if cls is s.UserFunctionSettings:  # a declared transform; its args with the call's overrides
         return user_function_settings(call.user, kw)
-    if call.kind != "role":
+    if call.kind != "role" or cls is s.NoSettings:
         return cls(**{name: kw[name] for name in cls.__dataclass_fields__})
     n = rollout.n if rollout is not None else 1
     # log pi of what was sampled: at the sampling temperature; a greedy rollout's tokens are scored at T = 1

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlgraph.contract.judge import JudgeVerdictError
 from rlgraph.runtime.errors import CheckpointError, EnvironmentFailedError, ProcessDiedError, RunError, WorkerError
 from rlgraph.runtime.roles import ALIAS, BASE, WorkerSpec
 from rlgraph.workers.envs.loading import EnvError
@@ -368,7 +369,7 @@ class _Reporting:
             role, replica, node, process, action = self.where
             raise ProcessDiedError(f"role `{role}` (replica {replica}, node {node}) could not finish {action}: {exc}.",
                                    died=str(exc)) from None
-        if type(exc).__name__ == "JudgeVerdictError":  # names the row and its verdict (rlgraph/workers/judge.py)
+        if isinstance(exc, JudgeVerdictError):  # names the row and its verdict: the spec's error, not rlgraph's
             raise RunError(f"judge `{self.where[0]}` failed in {self.where[4]}: {exc}") from None
         text = "".join(traceback.format_exception(exc_type, exc, tb))
         raise WorkerError(*self.where, f"{exc_type.__name__}: {exc}", text) from None

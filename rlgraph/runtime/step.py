@@ -221,8 +221,8 @@ class LocalStep:
         for port, name in call.outputs:
             # generate's second output is the log-probs it kept, inside the rollout
             values[name] = value.sample_log_probs if call.method == "generate" and port == "log_prob" else value
-            if call.method == "values":
-                semantic.setdefault("values", value)
+            if port in SEMANTIC_PORTS:  # a critic's values, a reward model's or judge's scores
+                semantic.setdefault(port, value)
 
     def _driver(self, call: CallPlan, step: int, values: dict, result: StepResult, semantic: dict) -> None:
         start = time.perf_counter()

@@ -101,11 +101,11 @@ class DriverCalls:
             metrics.update({f"reward/{call.target}/{key}": value for key, value in result.extras.items()})
             metrics.update({f"reward/{call.target}/{key}": value for key, value in result.metrics.items()})
             return {"scores": result.token_level_scores}, metrics
-        inputs, metrics = self._unjudged(call, inputs, rollout)
+        inputs, metrics = self.unjudged(call, inputs, rollout)
         outputs, more = self._transform(call, inputs, rollout, when)
         return outputs, {**metrics, **more}
 
-    def _unjudged(self, call: CallPlan, inputs: dict[str, Any], rollout: Rollout) -> tuple[dict[str, Any], dict]:
+    def unjudged(self, call: CallPlan, inputs: dict[str, Any], rollout: Rollout) -> tuple[dict[str, Any], dict]:
         """A judge's scores with its unparsed verdicts (NaN, rlgraph/workers/judge.py) as 0, and those rows marked
         unscored, as a reward's rows without a usable score are: the estimators leave them out."""
         metrics: dict[str, float] = {}

@@ -8,34 +8,32 @@ engine) generates the verdict. The parser turns it into a number on the row's `r
 `max_invalid_fraction` of a batch may be (the step leaves those rows out of the update,
 rlgraph/runtime/transforms.py), more is a JudgeVerdictError naming the first such row and its verdict.
 
-The judge reads text, never the policy's token ids, so its model may be of any family.
+The judge reads text, never the policy's token ids, so its model may be of any family. Its weights never
+change: nothing syncs into it.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from rlgraph.contract.judge import as_verdict_score, builtin_parser, compile_template, render
-from rlgraph.contract.settings import ForwardSettings, JudgeSettings
+from rlgraph.contract.judge import JudgeVerdictError, as_verdict_score, builtin_parser, compile_template, render
+from rlgraph.contract.settings import JudgeSettings, NoSettings
 from rlgraph.workers.batch import Rollout
 from rlgraph.workers.engines import SamplingParams, engine_class
 
-
-class JudgeVerdictError(Exception):
-    """More verdicts than `max_invalid_fraction` allows hold no score, or the parser raised: a user's error
-    (the template, the parser, the judge model), said without a traceback."""
+_SHOWN_ROWS = 5  # rows an error lists by index before `...`
 
 
-def load_parser(parser: str, base_dir: str | None) -> Any:
-    """The parser `parser` names: a built-in one, or a user function loaded as a reward function is."""
+def load_parser(parser: str, base_dir: str | None) -> Callable[..., Any]:
+    """The parser `parser` names: a built-in one, or a user function loaded as a reward function is
+    (RewardFunctionError when it cannot be; JudgeVerdictError when it cannot take a verdict's four arguments)."""
     builtin = builtin_parser(parser)
     if builtin is not None:
         return builtin
-    import inspect
-
     from rlgraph.workers.reward_process import load_reward_fn
 
     fn = load_reward_fn(parser, base_dir, kind="judge parser")
@@ -44,7 +42,7 @@ def load_parser(parser: str, base_dir: str | None) -> Any:
     except TypeError:
         raise JudgeVerdictError(f"judge parser {parser!r} must take (verdict, prompt, response, ground_truth)") \
             from None
-    except ValueError:  # a builtin without a signature: the call will tell
+    except ValueError:  # a callable without a signature (a C builtin): its first call will tell
         pass
     return fn
 
@@ -55,53 +53,37 @@ class JudgeWorker:
     def __init__(self, model_path: str, settings: JudgeSettings, *, seed: int, device: str | None = None,
                  deterministic: bool = False) -> None:
         self.settings = settings
-        self.template = compile_template(settings.template)  # planning checked it; compiled once here
+        self.template = compile_template(settings.template)  # `check` compiled it too; here once per run
         self.parse = load_parser(settings.parser, settings.base_dir)
         self.engine = engine_class(settings.engine).from_pretrained(
             model_path, dtype=settings.dtype, device=device, memory_fraction=settings.memory_fraction, tp=1,
             max_sequences=settings.max_sequences, deterministic=deterministic)
         self.tokenizer = self.engine.tokenizer
-        self.generator = torch.Generator().manual_seed(seed)
-        self.last_verdicts: list[str] = []  # the latest batch's verdicts, for a look at what the judge said
+        self.generator = torch.Generator().manual_seed(seed)  # a sampling judge's seed per call
 
-    def prompts(self, rollout: Rollout) -> list[list[int]]:
-        """Each row's judge prompt, in the judge model's tokens."""
-        from rlgraph.data.dataset import encode_prompt
-
-        return [encode_prompt(self.tokenizer, self.render_row(rollout, i))[0] for i in range(len(rollout))]
-
-    def render_row(self, rollout: Rollout, row: int) -> str:
+    def prompt(self, rollout: Rollout, row: int) -> str:
+        """Row `row`'s judge prompt, as text (before the judge model's chat template)."""
         return render(self.template, prompt=rollout.prompt_text[row], response=rollout.response_text[row],
                       ground_truth=rollout.ground_truth[row], data_source=rollout.data_source[row],
                       extra_info=rollout.extra_info[row])
 
     def verdicts(self, rollout: Rollout) -> list[str]:
+        """What the judge model says of each row: its generated text, special tokens left out."""
+        from rlgraph.data.dataset import encode_prompt
+
         s = self.settings
+        prompt_ids = [encode_prompt(self.tokenizer, self.prompt(rollout, row))[0] for row in range(len(rollout))]
         sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature)
         seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
-        generation = self.engine.generate(self.prompts(rollout), 1, sampling, seed=seed,
-                                          max_sequences=s.max_sequences)
+        generation = self.engine.generate(prompt_ids, 1, sampling, seed=seed, max_sequences=s.max_sequences)
         return self.tokenizer.batch_decode(generation.token_ids, skip_special_tokens=True)
 
     @torch.no_grad()
-    def score(self, rollout: Rollout, *, settings: ForwardSettings) -> torch.Tensor:
-        del settings  # a judge generates: its batching is its role's max_sequences
+    def score(self, rollout: Rollout, *, settings: NoSettings) -> torch.Tensor:
+        del settings  # how a judge generates is its role's settings
         verdicts = self.verdicts(rollout)
-        self.last_verdicts = verdicts
         scores = [self._parse_row(rollout, row, verdict) for row, verdict in enumerate(verdicts)]
-        invalid = [row for row, score in enumerate(scores) if score is None]
-        allowed = self.settings.max_invalid_fraction * len(rollout)
-        if len(invalid) > allowed:
-            row = invalid[0]
-            raise JudgeVerdictError(
-                f"{len(invalid)} of {len(rollout)} verdicts hold no score for parser `{self.settings.parser}` "
-                f"(rows {', '.join(map(str, invalid[:5]))}{', ...' if len(invalid) > 5 else ''}); the first, row "
-                f"{row} (uid={rollout.uid[row]}, prompt={rollout.prompt_text[row]!r}, response="
-                f"{rollout.response_text[row]!r}): the judge said {verdicts[row]!r}. max_invalid_fraction = "
-                f"{self.settings.max_invalid_fraction:g} allows {int(allowed)}: make the template ask for the form "
-                "the parser reads, raise the judge's max_new_tokens if its verdicts are cut, or raise "
-                "`max_invalid_fraction` in the judge's block to leave up to that share of a batch's rows out of "
-                "the update")
+        self._check_invalid(rollout, verdicts, [row for row, score in enumerate(scores) if score is None])
         values = [math.nan if score is None else score for score in scores]
         if rollout.episodes is not None:  # a sample whose environment failed gets no reward (and no loss)
             values = [0.0 if episode.failed else v for v, episode in zip(values, rollout.episodes)]
@@ -118,7 +100,25 @@ class JudgeWorker:
                                     f"row {row} (uid={rollout.uid[row]}), whose verdict was {verdict!r}") from None
         return as_verdict_score(value)
 
-    # the weights never change: nothing to sync, and memory stays put between calls
+    def _check_invalid(self, rollout: Rollout, verdicts: list[str], invalid: list[int]) -> None:
+        """JudgeVerdictError when more rows hold no score than max_invalid_fraction allows: the first of them,
+        what it was asked and what the judge said, and the three ways out."""
+        fraction = self.settings.max_invalid_fraction
+        allowed = int(fraction * len(rollout))
+        if len(invalid) <= allowed:
+            return
+        row = invalid[0]
+        rows = ", ".join(map(str, invalid[:_SHOWN_ROWS])) + (", ..." if len(invalid) > _SHOWN_ROWS else "")
+        raise JudgeVerdictError(
+            f"{len(invalid)} of {len(rollout)} verdicts hold no score for parser `{self.settings.parser}` (rows "
+            f"{rows}); max_invalid_fraction = {fraction:g} allows {allowed}. The first, row {row} (uid="
+            f"{rollout.uid[row]}): prompt {rollout.prompt_text[row]!r}, response {rollout.response_text[row]!r}; "
+            f"the judge was asked {self.prompt(rollout, row)!r} and said {verdicts[row]!r}. Make the template ask "
+            "for the form the parser reads, raise the judge's max_new_tokens if its verdicts are cut, or raise "
+            "`max_invalid_fraction` in the judge's block to leave up to that share of a batch's rows out of the "
+            "update")
+
+    # released and resumed as a rollout's engine is, where its devices are shared
     def release_memory(self) -> None:
         self.engine.release_memory()
 
