@@ -27,6 +27,7 @@ _ROLE_TIMING = {
     ("critic", "update"): "update_critic",
     ("actor", "update"): "update_actor",
     ("reward_model", "score"): "reward",
+    ("judge", "score"): "reward",  # a generative reward model, as verl times its GenRM's
 }
 
 
