@@ -1,0 +1,56 @@
+"""specs/grpo_arith_judge.rl through `rlgraph run`: GRPO scored by an LLM judge on a pool of its own. Its verdicts
+that hold no score leave their rows out of the update (advantage 0), counted as judge/<role>/invalid; more than
+the judge's max_invalid_fraction stops the run with the row and the verdict named, no traceback."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from .helpers import SPECS, fast, read_metrics
+
+JUDGE = SPECS / "grpo_arith_judge.rl"
+# a score for prompts whose first number is even; none for the others (what a parser gives a verdict it cannot read)
+PARSER = """\
+def parse(verdict, prompt, response, ground_truth):
+    if int(prompt.split("+")[0]) % 2:
+        return None
+    return float(response.strip() == verdict.strip())
+"""
+
+
+def _parser(tmp_path) -> str:
+    (tmp_path / "parsers.py").write_text(PARSER)
+    return f'judge.parser="{tmp_path / "parsers.py"}:parse"'
+
+
+def test_verdicts_without_a_score_are_left_out_of_the_update_and_counted(run_cli, tmp_path):
+    out = tmp_path / "run"
+    code, text = run_cli(JUDGE, "--output", out, *fast(steps=2, batch_size=16, **{"train.samples_every": 1}),
+                         "-s", _parser(tmp_path), "-s", "judge.max_invalid_fraction=0.9")
+    assert code == 0, text
+    assert "Traceback" not in text
+    steps = [r for r in read_metrics(out) if r["training/global_step"] > 0]
+    assert [r["training/global_step"] for r in steps] == [1, 2]
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert samples
+    for record in steps:
+        assert record["judge/judge/invalid"] > 0  # the batch's odd first numbers
+        assert 0.0 <= record["critic/score/mean"] <= 1.0  # over the scored rows: not NaN
+        assert record["actor/grad_norm"] > 0
+    for sample in samples:
+        unscored = int(sample["prompt"].split("+")[0]) % 2 == 1
+        assert (sample["score"] is None) == unscored
+        if unscored:
+            assert sample["advantage"] == 0.0  # left out of its group's mean and std, and of the loss
+        else:
+            assert sample["score"] in (0.0, 1.0) and math.isfinite(sample["advantage"])
+
+
+def test_more_verdicts_without_a_score_than_allowed_stops_the_run_naming_the_row_and_verdict(run_cli, tmp_path):
+    code, text = run_cli(JUDGE, "--output", tmp_path / "run", *fast(steps=2, batch_size=16), "-s", _parser(tmp_path))
+    assert code == 1, text
+    assert "Traceback" not in text
+    flat = " ".join(text.split())  # the console wraps long lines
+    assert "judge `judge` failed in" in flat and "verdicts hold no score for parser" in flat
+    assert "max_invalid_fraction = 0.1 allows" in flat and "the judge was asked" in flat and "said" in flat
