@@ -90,3 +90,13 @@ def test_a_bad_parser_string_is_an_error_at_the_parser_with_the_forms(tmp_path, 
     assert row[d.span.column - 1:].startswith(parser)
     assert '"yes_no"' in d.hints[0] and '"tag:score"' in d.hints[0] and "(verdict, prompt, response, ground_truth)" \
         in d.hints[0]
+
+
+def test_check_knows_a_judges_batch_arithmetic_its_replicas_split_the_steps_samples(tmp_path):
+    """judge.score splits the step's samples (prompts x n) over the judge's replicas, as any forward pass."""
+    text = judged().replace("colocate = actor  template", "pool = judging  replicas = 3  template") + \
+        "pool judging { nodes = 1  devices_per_node = 3 }\n"
+    d = only(compile_text(tmp_path, text), "batch-divisibility")
+    assert "32 prompts × n=4 = 128 samples per step do not split evenly over the 3 data-parallel replicas of " \
+           "`judge`" in d.message
+    assert found(compile_text(tmp_path, text.replace("replicas = 3", "replicas = 2"))) == []
