@@ -136,3 +136,15 @@ def test_a_parser_that_cannot_take_a_verdicts_arguments_is_refused_at_start(teac
     parser = _write_parser(tmp_path, "def parse(verdict):\n    return 1.0\n")
     with pytest.raises(JudgeVerdictError, match=r"must take \(verdict, prompt, response, ground_truth\)"):
         JudgeWorker(teacher, judge_settings(parser=parser, base_dir=str(tmp_path)), seed=0)
+
+
+def test_a_vllm_judge_gives_the_hf_judges_scores(teacher, rollout):
+    """The judge generates with any rollout engine: vLLM (its CPU build here) says what hf says, greedy."""
+    pytest.importorskip("vllm", reason="the vllm engine needs vLLM (`make install` brings its CPU build)")
+    hf = JudgeWorker(teacher, judge_settings(), seed=0).score(rollout, settings=s.NoSettings())
+    worker = JudgeWorker(teacher, judge_settings(engine="vllm", max_sequences=16), seed=0)
+    try:
+        assert worker.verdicts(rollout) == JudgeWorker(teacher, judge_settings(), seed=0).verdicts(rollout)
+        assert torch.equal(worker.score(rollout, settings=s.NoSettings()), hf)
+    finally:
+        worker.engine.shutdown()
