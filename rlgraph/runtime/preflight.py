@@ -100,7 +100,7 @@ def _check_supported(plan: Plan, starting_locally: bool) -> None:
 
     device_of = {p.name: p.device for p in plan.pools}
     for role in plan.roles:
-        if role.kind != "rollout":
+        if role.kind not in ("rollout", "judge"):  # the roles that generate, each with an engine
             continue
         facts = ENGINES.get(role.settings.engine)
         if facts is None:

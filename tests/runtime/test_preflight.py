@@ -96,3 +96,10 @@ def test_a_judges_parser_that_cannot_parse_is_refused_before_ray_starts(tmp_path
     with pytest.raises(PreflightError) as refused:
         preflight(plan, starting_locally=False)
     assert str(refused.value).startswith("judge `judge`: ") and words in str(refused.value)
+
+
+@pytest.mark.skipif(sglang_imports(), reason="sglang is installed here")
+def test_a_judges_engine_that_is_not_installed_is_refused_as_a_rollouts_is():
+    plan = plan_from_spec(JUDGE, "judging.device=gpu", "judge.engine=sglang")
+    with pytest.raises(PreflightError, match=r"^role `judge`: engine = sglang needs the sglang package"):
+        preflight(plan, starting_locally=False)
