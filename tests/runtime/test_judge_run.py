@@ -4,6 +4,7 @@ the judge's max_invalid_fraction stops the run with the row and the verdict name
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 
@@ -54,3 +55,38 @@ def test_more_verdicts_without_a_score_than_allowed_stops_the_run_naming_the_row
     flat = " ".join(text.split())  # the console wraps long lines
     assert "judge `judge` failed in" in flat and "verdicts hold no score for parser" in flat
     assert "max_invalid_fraction = 0.1 allows" in flat and "the judge was asked" in flat and "said" in flat
+
+
+def odd(response: str) -> bool:
+    """No score for an answer that does not end in an even digit: about half of each prompt's samples."""
+    text = response.strip()
+    return not text[-1:].isdigit() or int(text[-1]) % 2 == 1
+
+
+def test_dynamic_sampling_on_a_judges_scores_counts_a_verdict_without_a_score_as_unscored(run_cli, tmp_path):
+    """DAPO's filter (specs/dapo_arith.rl) reading a judge's scores: a row without a score is 0 to the filter, as a
+    reward's unscored row is, and left out of the kept batch's update."""
+    (tmp_path / "parsers.py").write_text(
+        "def parse(verdict, prompt, response, ground_truth):\n"
+        "    if odd(response):\n        return None\n"
+        "    return float(response.strip() == verdict.strip())\n\n\n" + inspect.getsource(odd))
+    judge = JUDGE.read_text()
+    declared = judge[judge.index("model judge_model"):judge.index("step {")]
+    dapo = (SPECS / "dapo_arith.rl").read_text().replace('include "common/', f'include "{SPECS}/common/')
+    dapo = dapo.replace("responses -> exact -> scores", "responses -> judge.score -> scores")
+    spec = tmp_path / "dapo_judged.rl"
+    spec.write_text(dapo.replace("step {", declared.replace(
+        "rlgraph.tasks.arith_judge:same_answer", f"{tmp_path / 'parsers.py'}:parse").replace(
+        "max_invalid_fraction = 0.1", "max_invalid_fraction = 0.9").replace("max_new_tokens = 4", "max_new_tokens = 6")
+        + "step {"))
+    out = tmp_path / "run"
+    code, text = run_cli(spec, "--output", out, *fast(steps=2, batch_size=16, **{"train.samples_every": 1}))
+    assert code == 0, text
+    assert "Traceback" not in text
+    steps = [r for r in read_metrics(out) if r["training/global_step"] > 0]
+    assert all(r["train/num_gen_batches"] >= 1 for r in steps)
+    assert sum(r["judge/judge/invalid"] for r in steps) > 0  # rows without a score in the kept batches
+    for sample in (json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()):
+        assert (sample["score"] is None) == odd(sample["response"])
+        if sample["score"] is None:
+            assert sample["advantage"] == 0.0
