@@ -9,7 +9,8 @@ engine) generates the verdict. The parser turns it into a number on the row's `r
 rlgraph/runtime/transforms.py), more is a JudgeVerdictError naming the first such row and its verdict.
 
 The judge reads text, never the policy's token ids, so its model may be of any family. Its weights never
-change: nothing syncs into it.
+change: nothing syncs into it. Its engine keeps its memory for the whole run, colocated too (the runtime puts
+only rollouts' engines to sleep while the trainer runs); the plan counts it so (rlgraph/plan/memory.py).
 """
 
 from __future__ import annotations
@@ -117,10 +118,3 @@ class JudgeWorker:
             "for the form the parser reads, raise the judge's max_new_tokens if its verdicts are cut, or raise "
             "`max_invalid_fraction` in the judge's block to leave up to that share of a batch's rows out of the "
             "update")
-
-    # released and resumed as a rollout's engine is, where its devices are shared
-    def release_memory(self) -> None:
-        self.engine.release_memory()
-
-    def resume_memory(self) -> None:
-        self.engine.resume_memory()
