@@ -90,3 +90,17 @@ def test_dynamic_sampling_on_a_judges_scores_counts_a_verdict_without_a_score_as
         assert (sample["score"] is None) == odd(sample["response"])
         if sample["score"] is None:
             assert sample["advantage"] == 0.0
+
+
+def test_two_judge_replicas_split_the_samples_and_score_them_as_one_does(run_cli, tmp_path):
+    """judge.score is split over the judge's replicas (each a share of the rows, greedy): the same scores come back
+    in the rows' order, so the run trains exactly as with one replica."""
+    runs = {}
+    for replicas in (1, 2):
+        out = tmp_path / f"replicas{replicas}"
+        code, text = run_cli(JUDGE, "--output", out, *fast(steps=2, batch_size=16),
+                             "-s", f"judging.devices_per_node={replicas}", "-s", f"judge.replicas={replicas}")
+        assert code == 0, text
+        runs[replicas] = [r for r in read_metrics(out) if r["training/global_step"] > 0]
+    keys = ("critic/score/mean", "critic/advantages/max", "actor/grad_norm", "actor/pg_loss")
+    assert [[r[k] for k in keys] for r in runs[2]] == [[r[k] for k in keys] for r in runs[1]]
