@@ -18,6 +18,7 @@ LONGEST_FIRST = (
     "tests/workers/test_engine_vllm.py",  # one vLLM engine start-up, then its tests
     "tests/runtime/test_weight_sync.py",
     "tests/runtime/test_async.py",
+    "tests/runtime/test_judge_run.py",    # five judged runs (~100 s)
     "tests/runtime/test_checkpoint_protocol.py",
     "tests/runtime/test_run_safety.py",
     "tests/runtime/test_multinode.py",    # a simulated 2-node cluster in a subprocess

@@ -55,10 +55,12 @@ _DOCS = {
     ("rollout", "generate"): "sample `n` responses per prompt (and keep their log-probs, if named)",
     ("actor", "log_prob"): "log-probabilities of the responses under the current policy",
     ("actor", "update"): "PPO policy update over mini-batches",
+    ("actor", "sft"): "supervised fine-tuning: the negative log-likelihood of the demonstrations' response tokens",
     ("ref", "log_prob"): "log-probabilities under the frozen reference policy",
     ("critic", "values"): "value estimates per response token",
     ("critic", "update"): "clipped value-loss update over mini-batches",
     ("reward_model", "score"): "a sequence classifier's score on the reward token of each response",
+    ("judge", "score"): "an LLM judge's verdict on each response, from its template, parsed into a score",
 }
 # A forward pass's own micro-batch (verl sizes log-prob passes apart from updates: log_prob_micro_batch_size_per_gpu,
 # log_prob_max_token_len_per_gpu); unset: the role's micro_batch or micro_batch_tokens.
@@ -97,6 +99,12 @@ _KWARGS: dict[tuple[str, str], dict[str, Key]] = {
                    "min(pi_old / mu, tis_cap), per token or per sample (verl: algorithm.rollout_is with "
                    "rollout_is_level, rollout_is_mode = truncate)", "off"),
         "tis_cap": Key(Float(min=1.0), "truncation of the TIS weights (verl: algorithm.rollout_is_threshold)", 2.0),
+    },
+    ("actor", "sft"): {
+        "epochs": Key(Int(min=1), "epochs over each batch of demonstrations", 1),
+        "minibatch": Key(Int(min=1), "demonstrations per mini-batch (one optimizer step each); default: the "
+                         "whole batch"),
+        "loss_agg": Key(Choice(LOSS_AGG), "how token losses are averaged (verl's SFT: token-mean)", "token-mean"),
     },
     ("critic", "update"): {
         **_UPDATE_COMMON,
@@ -215,5 +223,6 @@ def user_signature(function: UserFunction) -> Signature:
 # Estimators that compare the samples of one prompt: they need n >= 2.
 GROUP_ESTIMATORS = ("grpo_advantage", "rloo_advantage", "reinforce_pp_baseline_advantage")
 
-# The fields that come from the data rather than from a call.
-DATA_FIELDS = {"prompts": "prompts"}
+# The fields that come from the data rather than from a call: its prompts, and (rows with a `response`) the
+# demonstrations, each prompt with its response as one Rollout (what `actor.sft` trains on).
+DATA_FIELDS = {"prompts": "prompts", "demos": "demos"}

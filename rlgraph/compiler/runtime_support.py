@@ -15,4 +15,4 @@ from rlgraph.contract.engines import ENGINES, EngineFacts
 
 __all__ = ["ENGINES", "ROLE_KINDS", "EngineFacts"]
 
-ROLE_KINDS = ("actor", "ref", "critic", "rollout", "reward_model")
+ROLE_KINDS = ("actor", "ref", "critic", "rollout", "reward_model", "judge")

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from rlgraph.contract import settings as s
 
 # Field kinds: `prompts` (a batch of prompts from the data), `responses` (the generated samples, a
-# Rollout), `token` (a float per response token, (batch, response_len)).
-PROMPTS, RESPONSES, TOKEN = "prompts", "responses", "token"
+# Rollout), `token` (a float per response token, (batch, response_len)), `demos` (the data's prompts with their
+# responses, a Rollout of one sample per row: what SFT trains on).
+PROMPTS, RESPONSES, TOKEN, DEMOS = "prompts", "responses", "token", "demos"
 
 # How a role's replicas share a call (rlgraph/runtime/group.py): split the batch / one input each /
 # the same call on all / replica 0 only.
@@ -53,7 +54,7 @@ class RoleMethod:
 # role kind -> the worker class that hosts it (rlgraph/workers); a rollout colocated with the policy
 # it is synced from generates with that policy worker's module instead (the hybrid engine).
 WORKERS = {"actor": "policy", "ref": "policy", "critic": "critic", "reward_model": "reward_model",
-           "rollout": "rollout"}
+           "judge": "judge", "rollout": "rollout"}
 
 _RESPONSES = (Port("responses", RESPONSES),)
 _GENERATE_ARGS = ("seed", "uid_offset", "policy_version")
@@ -67,12 +68,21 @@ ROLE_METHODS: dict[tuple[str, str], RoleMethod] = {(m.kind, m.method): m for m i
     RoleMethod("actor", "update", "update",
                (Port("old_log_prob", TOKEN), Port("advantages", TOKEN), Port("ref_log_prob", TOKEN, optional=True)),
                (), "split", s.ActorUpdateSettings, _UPDATE_ARGS),
+    # supervised fine-tuning: the data's demonstrations (`demos`, a Rollout of prompts and their responses)
+    RoleMethod("actor", "sft", "sft", (Port("demos", DEMOS),), (), "split", s.SftSettings, _UPDATE_ARGS),
     RoleMethod("ref", "log_prob", "log_prob", _RESPONSES, (Port("ref_log_prob", TOKEN),), "split", s.LogProbSettings),
     RoleMethod("critic", "values", "values", _RESPONSES, (Port("values", TOKEN),), "split", s.ForwardSettings),
     RoleMethod("critic", "update", "update", (Port("values", TOKEN), Port("returns", TOKEN)), (), "split",
                s.CriticUpdateSettings, _UPDATE_ARGS),
     RoleMethod("reward_model", "score", "score", _RESPONSES, (Port("scores", TOKEN),), "split", s.ForwardSettings),
+    # an LLM judge: a generated verdict per sample, parsed into its score (NaN where it holds none); the call
+    # takes no settings: how it generates is its role's (JudgeSettings)
+    RoleMethod("judge", "score", "score", _RESPONSES, (Port("scores", TOKEN),), "split", s.NoSettings),
 )}
+
+
+# The methods that train a role's weights: at most one of them per role and step (a backward pass, an optimizer).
+TRAINING_METHODS = ("update", "sft")
 
 
 def methods_of(kind: str) -> dict[str, RoleMethod]:

@@ -89,6 +89,23 @@ class RewardModelSettings:
 
 
 @dataclass(frozen=True)
+class JudgeSettings:
+    """An LLM judge (rlgraph/contract/judge.py): a model that generates a verdict on each sample from a template,
+    parsed into its score."""
+
+    engine: str  # a name in the engine registry (rlgraph/workers/engines)
+    template: str  # the jinja2 text itself (a template file is read at planning)
+    parser: str  # yes_no | tag:NAME | module:function | file.py:function
+    base_dir: str  # the spec's folder: a parser's file or module is looked for there
+    max_new_tokens: int  # the most tokens a verdict may have
+    temperature: float  # 0 = greedy
+    max_sequences: int | None  # the most verdicts generated at once; None = the engine's own
+    memory_fraction: float
+    dtype: str
+    max_invalid_fraction: float  # share of a batch's verdicts that may hold no score (left out of the update)
+
+
+@dataclass(frozen=True)
 class ValSettings:
     """How validation generates (verl: rollout.val_kwargs). val/score/mean scores one answer per prompt, at
     `temperature` when n = 1 (0 = greedy), else the greedy one; n > 1 adds mean@n and best@n of n answers
@@ -205,6 +222,18 @@ class ActorUpdateSettings:
 
 
 @dataclass(frozen=True)
+class SftSettings:
+    """Supervised fine-tuning on demonstrations: the negative log-likelihood of their response tokens."""
+
+    epochs: int
+    minibatch: int | None  # demonstrations per optimizer step, as written (None = the whole batch)
+    mini_batch_size: int | None  # the same per replica: minibatch / replicas
+    micro_batch: int | None
+    micro_batch_tokens: int | None
+    loss_agg: str
+
+
+@dataclass(frozen=True)
 class CriticUpdateSettings:
     epochs: int
     minibatch: int | None
@@ -311,6 +340,7 @@ class DataSettings:
     max_prompt_length: int
     shuffle: bool
     val_batch_size: int
+    max_response_length: int  # SFT: longer demonstrations (response + EOS, in tokens) are left out
 
 
 ROLE_SETTINGS: dict[str, type] = {
@@ -318,6 +348,7 @@ ROLE_SETTINGS: dict[str, type] = {
     "critic": CriticSettings,
     "ref": RefSettings,
     "reward_model": RewardModelSettings,
+    "judge": JudgeSettings,
     "rollout": RolloutSettings,
 }
 

@@ -46,34 +46,56 @@ class RLDataset(Dataset):
 
     `num_filtered` counts the prompts longer than `max_prompt_length` tokens (the caller logs it);
     `max_prompt_length=None` keeps every prompt.
+
+    Demonstrations (SFT rows, `demonstrations=True`): an item also holds `response_ids`, the response's tokens
+    followed by the tokenizer's EOS (as verl's SFT data set appends it: the model learns to stop), its
+    `response_text`, and `pad_token_id`, what `demonstration_rollout` pads a batch with. Rows whose response is
+    longer than `max_response_length` tokens are left out and counted in `num_filtered` too.
     """
 
     def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, max_prompt_length: int | None = None,
-                 tools: Sequence[dict[str, Any]] = ()) -> None:
+                 tools: Sequence[dict[str, Any]] = (), demonstrations: bool = False,
+                 max_response_length: int | None = None) -> None:
         """`tools`: the tool schemas the chat template renders into every prompt (see `encode_prompt`)."""
         self.items: list[dict[str, Any]] = []
         self.num_filtered = 0
         encoded = _encode_all(tokenizer, [row["prompt"] for row in rows], tools)
+        responses = _encode_responses(tokenizer, [row["response"] for row in rows]) if demonstrations else None
         for index, (row, (ids, text)) in enumerate(zip(rows, encoded)):
-            if max_prompt_length is not None and len(ids) > max_prompt_length:
+            response_ids = responses[index] if responses is not None else None
+            if (max_prompt_length is not None and len(ids) > max_prompt_length) or (
+                    response_ids is not None and max_response_length is not None
+                    and len(response_ids) > max_response_length):
                 self.num_filtered += 1
                 continue
-            self.items.append(
-                {
-                    "input_ids": ids,
-                    "prompt_text": text,
-                    "data_source": row.get("data_source") or "unknown",
-                    "ground_truth": row["reward_model"]["ground_truth"],
-                    "extra_info": row.get("extra_info") or {},
-                    "index": index,
-                }
-            )
+            item = {
+                "input_ids": ids,
+                "prompt_text": text,
+                "data_source": row.get("data_source") or "unknown",
+                "ground_truth": (row.get("reward_model") or {}).get("ground_truth"),
+                "extra_info": row.get("extra_info") or {},
+                "index": index,
+            }
+            if response_ids is not None:
+                item |= {"response_ids": response_ids, "response_text": row["response"],
+                         "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                         else tokenizer.eos_token_id}
+            self.items.append(item)
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         return self.items[i]
+
+
+def _encode_responses(tokenizer: Any, responses: list[str]) -> list[list[int]]:
+    """Each response's tokens (no BOS or other added tokens: it continues the prompt) and then EOS."""
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has no eos token, which ends each demonstration's response: set "
+                         "`eos_token` in the model folder's tokenizer_config.json")
+    ids = tokenizer(responses, add_special_tokens=False)["input_ids"] if responses else []
+    return [list(r) + [tokenizer.eos_token_id] for r in ids]
 
 
 def _encode_all(tokenizer: Any, prompts: list[Prompt], tools: Sequence[dict[str, Any]]) -> list[tuple[list[int], str]]:

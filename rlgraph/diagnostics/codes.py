@@ -41,6 +41,8 @@ _ALL = [
     Code("missing-block", "error", "a block the spec needs is absent"),
     Code("unknown-env", "error", "a generate call names an environment that is not declared"),
     Code("reward-kind", "error", "a reward function's key on a reward service, or the other way round"),
+    Code("judge-template", "error", "a judge's template that does not parse or reads a field a sample lacks"),
+    Code("judge-parser", "error", "a judge's parser that is neither a built-in nor a function name"),
     # --- dataflow (graph passes) -------------------------------------------------
     Code("unknown-call", "error", "a call that neither a role nor a built-in provides"),
     Code("bad-arguments", "error", "wrong inputs, outputs or keyword arguments for a call"),

@@ -19,7 +19,8 @@ docs/memory.md writes out every formula; in short, per device:
   colocation root's strategy (fsdp shards), whole on a pool of its own. A ref on
   the model of a LoRA actor whose devices it shares holds nothing: it is the
   actor's base with the adapters off.
-- rollout: weights in its dtype split over tp, or nothing for an hf rollout
+- rollout, and a judge (whose prompts are its template around each sample, and
+  whose responses are its verdicts): weights in its dtype split over tp, or nothing for an hf rollout
   colocated with the actor whose model it generates with (the hybrid engine
   reads the actor's weights in place). hf: plus the KV cache of its share of
   the batch. sglang / vllm: `memory_fraction` of the device, weights and KV pool
@@ -63,6 +64,7 @@ from rlgraph.plan.memory_activations import Pass, activation_bytes, backward_pea
 from rlgraph.plan.memory_advice import first_cause, verified_fixes
 from rlgraph.plan.memory_engine import EngineBudget, kv_bytes_per_token
 from rlgraph.plan.model import MemoryRow, Placement, PoolPlan, RolePlan
+from rlgraph.contract.methods import TRAINING_METHODS
 from rlgraph.plan.shape import StepShape, step_shape
 from rlgraph.plan.placement import place
 from rlgraph.plan.view import format_bytes
@@ -414,7 +416,7 @@ def _call_phases(program: Program, role: Decl, plan: RolePlan, shape: ModelShape
     kv = shape.kv_heads * shape.head_dim if shape.kv_heads and shape.head_dim else None
     phases, accumulated = {}, set()
     for method, kwargs in step.calls.get(role.name, []):
-        backward = method == "update"
+        backward = method in TRAINING_METHODS
         if not backward and method not in FORWARD_METHODS:
             continue
         samples = share
@@ -491,15 +493,31 @@ def role_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | 
                 need.phases[update] = step
     elif role.kind in FROZEN:
         need.resident["params"] = 0 if shares_actor_base(program, role) else _ceil_div(P * b, shard)
-    elif role.kind == "rollout":
+    elif role.kind in ("rollout", "judge"):  # a judge generates its verdicts as a rollout generates
         _rollout_need(program, role, plan, shape, step, capacity, need)
     return need
+
+
+def judge_step(program: Program, role: Decl, step: StepShape) -> StepShape:
+    """What a judge generates from: one prompt per sample of the step (batch x n), each its template around the
+    sample's prompt, response and ground truth (counted as long as a response), one token per character of the
+    template at most; and verdicts of its max_new_tokens."""
+    from rlgraph.contract.judge import template_text
+
+    try:
+        template = len(template_text(role.get("template") or "", Path(program.path).parent))
+    except OSError:  # reported by the judges pass
+        template = 0
+    return replace(step, batch=(step.batch or 0) * step.n or None, n=1,
+                   prompt=step.prompt + 2 * step.response + template, response=role.get("max_new_tokens", 16))
 
 
 def _rollout_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | None, step: StepShape,
                   capacity: int | None, need: RoleNeed) -> None:
     dtype = role.get("dtype", "fp32")
     generate = f"{role.name}.generate"
+    if role.kind == "judge":
+        step, generate = judge_step(program, role, step), f"{role.name}.score"
     if shares_actor_weights(program, role):
         need.resident["weights"] = 0
         weights = 0
@@ -529,7 +547,8 @@ def _rollout_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShap
                                                   sequences=1, dtype=dtype, tp=plan.tp), step.length, sequences,
                                    limit)
         engine = {"weights": weights, "kv_pool": need.budget.kv_pool}  # the whole fraction, whatever the batch
-        if shares_devices(program, role):  # released while the trainer runs (wake/sleep, verl's hybrid engine)
+        # released while the trainer runs (wake/sleep, verl's hybrid engine); a judge's engine stays
+        if shares_devices(program, role) and role.kind == "rollout":
             need.phases[generate] = engine
         else:
             need.resident.update(engine)

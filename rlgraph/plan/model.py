@@ -35,7 +35,7 @@ class RolePlan:
     """What runs: a role's kind, model and resolved settings (everything its worker needs)."""
 
     name: str
-    kind: str  # actor | rollout | ref | critic | reward_model
+    kind: str  # actor | rollout | ref | critic | reward_model | judge
     model: str | None  # declared model name
     model_path: str | None  # as written: a folder or `builtin:...`
     pool: str | None  # the pool it names (None: colocated with another role)

@@ -235,7 +235,7 @@ def _place_colocated(program: Program, role: Decl, root: Decl, root_placements: 
 
 def _engine_check(program: Program, role: Decl, pools: dict[str, _Pool]) -> list[Diagnostic]:
     engine = role.get("engine")
-    facts = engine_facts(engine) if role.kind == "rollout" else None
+    facts = engine_facts(engine) if role.kind in ("rollout", "judge") else None
     pool = pools.get(root_of(program, role).get("pool"))
     if facts is None or pool is None:
         return []

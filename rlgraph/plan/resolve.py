@@ -44,6 +44,13 @@ def role_settings(program: Program, role: Decl, root: Decl) -> Any:
     if role.kind == "reward_model":
         return s.RewardModelSettings(dtype, v.get("micro_batch"), v.get("micro_batch_tokens"),
                                      bool(v.get("retokenize", False)), remove_padding=v["remove_padding"])
+    if role.kind == "judge":  # the template's text itself, so plan.json holds what the judge is asked
+        from rlgraph.contract.judge import template_text
+
+        base_dir = os.path.dirname(os.path.abspath(program.path))
+        return s.JudgeSettings(v["engine"], template_text(v["template"], base_dir), v["parser"], base_dir,
+                               v["max_new_tokens"], v["temperature"], v.get("max_sequences"), v["memory_fraction"],
+                               dtype, v["max_invalid_fraction"])
     if role.kind == "rollout":
         return s.RolloutSettings(v["engine"], v["n"], v["temperature"], v["top_p"], v["top_k"], v["max_new_tokens"],
                                  v["tp"], v["memory_fraction"], v.get("max_sequences"), dtype, _val(program, v))
@@ -99,7 +106,7 @@ def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int
         return s.OverlongPenaltySettings(kw["buffer"], kw["penalty_factor"], rollout.max_new_tokens)
     if cls is s.UserFunctionSettings:  # a declared transform; its args with the call's overrides
         return user_function_settings(call.user, kw)
-    if call.kind != "role":
+    if call.kind != "role" or cls is s.NoSettings:
         return cls(**{name: kw[name] for name in cls.__dataclass_fields__})
     n = rollout.n if rollout is not None else 1
     # log pi of what was sampled: at the sampling temperature; a greedy rollout's tokens are scored at T = 1
@@ -130,6 +137,9 @@ def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int
             entropy_coeff=getattr(role, "entropy_coeff", 0.0), temperature=temperature, tis=kw["tis"],
             tis_cap=kw["tis_cap"],
             user_loss=user_function_settings(call.user, call.user.args) if call.user is not None else None)
+    if cls is s.SftSettings:  # a demonstration is one sample: minibatch counts rows, not prompts x n
+        sft_mini = max(minibatch // replicas.get(call.target, 1), 1) if minibatch else None
+        return s.SftSettings(kw["epochs"], minibatch, sft_mini, micro_batch, micro_batch_tokens, kw["loss_agg"])
     if cls is s.CriticUpdateSettings:
         return s.CriticUpdateSettings(kw["epochs"], minibatch, mini_batch_size, micro_batch, micro_batch_tokens,
                                       kw["loss_agg"], kw["clip"])
@@ -168,7 +178,7 @@ def data_settings(program: Program) -> s.DataSettings | None:
         return None
     v = program.data.values
     return s.DataSettings(tuple(v["train"]), tuple(v["val"]) if v.get("val") else None, v["batch_size"],
-                          v["max_prompt_length"], v["shuffle"], v["val_batch_size"])
+                          v["max_prompt_length"], v["shuffle"], v["val_batch_size"], v["max_response_length"])
 
 
 def reward_settings(values: dict[str, Any]) -> s.RewardSettings:

@@ -17,6 +17,7 @@ from rlgraph.spec.schema import BLOCKS, ROLE_KEYS, TypeMismatch
 
 _MAX_PROMPT_LENGTH = BLOCKS["data"].keys["max_prompt_length"].default
 _MAX_NEW_TOKENS = ROLE_KEYS["rollout"]["max_new_tokens"].default
+_MAX_RESPONSE_LENGTH = BLOCKS["data"].keys["max_response_length"].default
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,13 @@ def step_shape(program: Program) -> StepShape:
     rollout = program.roles.get(name) if name else None
     n = kw.get("n") or (rollout.get("n", 1) if rollout is not None else 1)
     data = program.data
+    response = rollout.get("max_new_tokens", _MAX_NEW_TOKENS) if rollout is not None else 0
+    if not rollouts and any(method == "sft" for methods in calls.values() for method, _ in methods):
+        n = 1  # SFT: one demonstration per row, its response as long as the data allows
+        response = data.get("max_response_length", _MAX_RESPONSE_LENGTH) if data is not None else _MAX_RESPONSE_LENGTH
     return StepShape(batch=data.get("batch_size") if data is not None else None, n=n,
                      prompt=data.get("max_prompt_length", _MAX_PROMPT_LENGTH) if data is not None else _MAX_PROMPT_LENGTH,
-                     response=rollout.get("max_new_tokens", _MAX_NEW_TOKENS) if rollout is not None else 0,
-                     calls=calls)
+                     response=response, calls=calls)
 
 
 def _written_arguments(program: Program, call) -> Values:

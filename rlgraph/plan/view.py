@@ -13,6 +13,7 @@ KIND_COLORS = {
     "rollout": "#3f9b4a",
     "ref": "#8e5ea2",
     "reward_model": "#cf4a4a",
+    "judge": "#b8447a",
     "reward": "#c49a12",
     "transform": "#5f6b7a",
     "data": "#8a8f98",

@@ -329,9 +329,10 @@ class StepDriver:
             self._run_stage(stage, step, fields, flight.generates, result)
 
         rollout = fields.local(self.responses_field)
-        for call in self.plan.calls:  # values live in a process: fetch them if no driver call did
-            if call.kind == "role" and call.method == "values" and "values" not in fields.semantic:
-                fields.semantic["values"] = fields.local(call.outputs[0][1])
+        for call in self.plan.calls:  # a critic's values, a reward model's or judge's scores live in a process:
+            for port, name in call.outputs if call.kind == "role" else ():  # fetched if no driver call did
+                if port in SEMANTIC_PORTS and port not in fields.semantic:
+                    fields.semantic[port] = fields.local(name)
         result.metrics.update(batch_metrics(rollout, fields.semantic))
         result.metrics.update(staleness_metrics(rollout, step))
         result.metrics["perf/total_num_tokens"] = int(rollout.attention_mask.sum())
@@ -410,7 +411,10 @@ class StepDriver:
             for stage in before:
                 self._run_stage(stage, step, fields, generates, result, round_)
             rollout = fields.local(self.responses_field)
-            values = fields.local(self.filter.inputs[0][1]).sum(-1)  # (batch,) the value each sample got
+            # a judge's verdicts that held no score (NaN) count as 0 and leave their rows unscored, as in a step
+            port, name = self.filter.inputs[0]
+            inputs, _ = self.driver_calls.unjudged(self.filter, {port: fields.local(name)}, rollout)
+            values = inputs[port].sum(-1)  # (batch,) the value each sample got
             keep = group_keep_mask(values, rollout.uid)
             unscored = self.driver_calls.unscored
             rounds.append((fields, keep, unscored[1] if unscored is not None and unscored[0] is rollout else None))

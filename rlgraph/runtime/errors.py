@@ -59,6 +59,9 @@ class ProcessDiedError(RunError):
         super().__init__(message)
         self.died = died or message
 
+    def __reduce__(self) -> tuple:  # it crosses Ray from a worker process (a reward's or environment's process killed)
+        return type(self), (str(self), self.died)
+
 
 class FailuresSpentError(ProcessDiedError):
     """A worker process died after the run had made the recoveries train.max_failures allows: it stops, and a

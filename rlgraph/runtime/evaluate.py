@@ -171,7 +171,9 @@ def evaluate(model_folder: str, settings: EvalSettings, log: Callable[[str], Non
         reward_settings={settings.reward_name: settings.reward},
         data=DataSettings(train=settings.data, val=settings.data, batch_size=1,
                           max_prompt_length=settings.max_prompt_length, shuffle=False,
-                          val_batch_size=settings.batch_size))
+                          val_batch_size=settings.batch_size,
+                          # eval generates: no demonstrations are read, the plan's bound is kept as it was
+                          max_response_length=context.data.max_response_length if context.data is not None else 1))
     try:
         rows = load_files(list(settings.data))  # first, before the reward and the model: an error names file and row
     except DataError as err:

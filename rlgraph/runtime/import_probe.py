@@ -50,10 +50,11 @@ def probe_user_code(plan: Plan) -> None:
 
 def user_modules(plan: Plan) -> list[UserModule]:
     """Every module of user code the plan names, in the order pre-flight loads them: rewards, the transforms
-    and losses, the environment classes."""
+    and losses, the environment classes, the judges' parsers."""
     # the spec's folder, as rlgraph/runtime/preflight.py `_load_rewards` finds it for a reward
     spec_dir = os.path.dirname(os.path.abspath(plan.spec)) if plan.spec and os.path.isfile(plan.spec) else None
-    from rlgraph.contract.settings import UserFunctionSettings
+    from rlgraph.contract.judge import builtin_parser
+    from rlgraph.contract.settings import JudgeSettings, UserFunctionSettings
 
     modules = []
     for name, fn in plan.rewards.items():
@@ -68,6 +69,10 @@ def user_modules(plan: Plan) -> list[UserModule]:
         env = getattr(call.settings, "env", None)
         if env is not None:
             modules.append(UserModule(f"environment `{env.name}` ({env.declared_at})", env.cls, env.base_dir))
+    for role in plan.roles:  # a judge's parser, unless a built-in one
+        if isinstance(role.settings, JudgeSettings) and builtin_parser(role.settings.parser) is None:
+            modules.append(UserModule(f"the parser of judge `{role.name}`", role.settings.parser,
+                                      role.settings.base_dir))
     unique = {(m.ref, m.base_dir): m for m in reversed(modules)}  # the first declaration that names a module
     return [m for m in modules if unique[(m.ref, m.base_dir)] is m]
 

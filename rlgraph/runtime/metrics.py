@@ -27,6 +27,7 @@ _ROLE_TIMING = {
     ("critic", "update"): "update_critic",
     ("actor", "update"): "update_actor",
     ("reward_model", "score"): "reward",
+    ("judge", "score"): "reward",  # a generative reward model, as verl times its GenRM's
 }
 
 
@@ -59,11 +60,12 @@ def batch_metrics(rollout: Any, semantic: dict[str, torch.Tensor]) -> dict[str, 
     its clip_ratio is the share of samples that fill every response column (cut at max length)."""
     mask = rollout.loss_mask  # (batch, R)
     metrics: dict[str, float] = {}
-    if "scores" in semantic:
-        metrics |= _stats("critic/score", semantic["scores"].sum(-1))
+    # over the rows with a score: a judge's verdict that held none is NaN (rlgraph/workers/judge.py)
+    if "scores" in semantic and (scores := _scored(semantic["scores"])).numel():
+        metrics |= _stats("critic/score", scores)
     rewards = semantic.get("rewards", semantic.get("scores"))
-    if rewards is not None:
-        metrics |= _stats("critic/rewards", rewards.sum(-1))
+    if rewards is not None and (rewards := _scored(rewards)).numel():
+        metrics |= _stats("critic/rewards", rewards)
     for name in ("advantages", "returns", "values"):
         if name in semantic:
             metrics |= _masked_stats(f"critic/{name}", semantic[name], mask)
@@ -75,6 +77,12 @@ def batch_metrics(rollout: Any, semantic: dict[str, torch.Tensor]) -> dict[str, 
     if "advantages" in semantic:
         metrics |= zero_advantage_metrics(semantic["advantages"], mask, rollout.uid)
     return metrics | episode_metrics(rollout)
+
+
+def _scored(token_scores: torch.Tensor) -> torch.Tensor:
+    """(rows with a score,) each row's sequence score."""
+    rows = token_scores.sum(-1)
+    return rows[~torch.isnan(rows)]
 
 
 def zero_advantage_metrics(advantages: torch.Tensor, mask: torch.Tensor, uid: list[int]) -> dict[str, float]:

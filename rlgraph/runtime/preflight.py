@@ -67,6 +67,7 @@ def prepare(plan: Plan, checked: Checked) -> Prepared:
     probe_user_code(plan)  # first in a child with a deadline: a module that exits or hangs at import is named
     rewards = _load_rewards(plan)
     _check_user_functions(plan)
+    _check_judge_parsers(plan)
     tokenizer = _tokenizer(plan, checked.model_paths)
     tools = _check_envs(plan, tokenizer)
     notes: list[str] = []
@@ -99,7 +100,7 @@ def _check_supported(plan: Plan, starting_locally: bool) -> None:
 
     device_of = {p.name: p.device for p in plan.pools}
     for role in plan.roles:
-        if role.kind != "rollout":
+        if role.kind not in ("rollout", "judge"):  # the roles that generate, each with an engine
             continue
         facts = ENGINES.get(role.settings.engine)
         if facts is None:
@@ -251,6 +252,21 @@ def _check_user_functions(plan: Plan) -> None:
                 check_loss(load_user_function(loss, "loss"), loss, rollout_is=call.settings.tis != "off")
         except UserFunctionError as err:
             raise PreflightError(str(err)) from None
+
+
+def _check_judge_parsers(plan: Plan) -> None:
+    """A judge's parser function imports and takes a verdict's four arguments, as a reward's function is checked."""
+    from rlgraph.contract.judge import JudgeVerdictError
+    from rlgraph.contract.settings import JudgeSettings
+    from rlgraph.workers.judge import load_parser
+    from rlgraph.workers.reward_process import RewardFunctionError
+
+    for role in plan.roles:
+        if isinstance(role.settings, JudgeSettings):
+            try:
+                load_parser(role.settings.parser, role.settings.base_dir)
+            except (JudgeVerdictError, RewardFunctionError) as err:
+                raise PreflightError(f"judge `{role.name}`: {err}") from None
 
 
 def _tokenizer(plan: Plan, model_paths: dict[str, str]) -> Any:

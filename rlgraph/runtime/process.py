@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlgraph.runtime.errors import CheckpointError, EnvironmentFailedError, WorkerError
+from rlgraph.contract.judge import JudgeVerdictError
+from rlgraph.runtime.errors import CheckpointError, EnvironmentFailedError, ProcessDiedError, RunError, WorkerError
 from rlgraph.runtime.roles import ALIAS, BASE, WorkerSpec
 from rlgraph.workers.envs.loading import EnvError
+from rlgraph.workers.reward_process import ChildKilled
 
 
 @dataclass(frozen=True)
@@ -82,10 +84,11 @@ class DeviceProcess:
             return workers.BasePolicy(self.workers[spec.alias_of])
 
         cls = {"policy": workers.PolicyWorker, "critic": workers.CriticWorker,
-               "reward_model": workers.RewardModelWorker, "rollout": workers.RolloutWorker}[spec.worker]
+               "reward_model": workers.RewardModelWorker, "judge": workers.JudgeWorker,
+               "rollout": workers.RolloutWorker}[spec.worker]
         try:
             # a rollout engine may honour seeds only in a mode of its own (SGLang): train.deterministic turns it on
-            kwargs = {"deterministic": spec.deterministic} if spec.worker == "rollout" else {}
+            kwargs = {"deterministic": spec.deterministic} if spec.worker in ("rollout", "judge") else {}
             return cls(spec.model_path, spec.settings, seed=spec.seed, device=self.device(), **kwargs)
         except Exception as err:  # a checkpoint's file that cannot be read: named, with what to delete
             from rlgraph.runtime.checkpoint import damaged_load
@@ -362,6 +365,12 @@ class _Reporting:
             return False
         if isinstance(exc, EnvError):  # names the environment, the sample and its own traceback
             raise EnvironmentFailedError(str(exc)) from None
+        if isinstance(exc, ChildKilled):  # an environment's or reward's process: recovered from as this one's death
+            role, replica, node, process, action = self.where
+            raise ProcessDiedError(f"role `{role}` (replica {replica}, node {node}) could not finish {action}: {exc}.",
+                                   died=str(exc)) from None
+        if isinstance(exc, JudgeVerdictError):  # names the row and its verdict: the spec's error, not rlgraph's
+            raise RunError(f"judge `{self.where[0]}` failed in {self.where[4]}: {exc}") from None
         text = "".join(traceback.format_exception(exc_type, exc, tb))
         raise WorkerError(*self.where, f"{exc_type.__name__}: {exc}", text) from None
 

@@ -8,6 +8,8 @@ role-method table (rlgraph/contract/methods.py `WORKERS`):
     actor, ref   -> PolicyWorker (trainable with ActorSettings, frozen with RefSettings)
     critic       -> CriticWorker
     reward_model -> RewardModelWorker (a sequence classifier scoring on the reward token)
+    judge        -> JudgeWorker (a model of its own that generates a verdict on each sample with a rollout
+                    engine, parsed into its score; never synced into, never aliased to another role's module)
     rollout      -> the policy in its own process when it shares one with the role that syncs into it
                     (the hybrid engine: it generates with that module in place), else a RolloutWorker
                     with its own weights and engine, refreshed by the weight sync
@@ -32,7 +34,7 @@ BASE = "base"  # a ref that scores with the module of `alias_of` (a LoRA actor) 
 @dataclass(frozen=True)
 class WorkerSpec:
     role: str
-    kind: str  # actor | ref | critic | reward_model | rollout
+    kind: str  # actor | ref | critic | reward_model | judge | rollout
     worker: str  # a WORKERS value, or "alias"
     model_path: str | None = None  # the local folder its weights load from
     settings: Any = None  # the role's resolved settings (rlgraph.contract.settings)

@@ -10,6 +10,7 @@ driver gives (`call_arguments`), so both paths train bit for bit alike.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -37,10 +38,11 @@ def step_samples(rollout: Any, semantic: dict[str, Any], step: int, seed: int,
     mask = rollout.loss_mask.float()
     samples = []
     for i in picked:
+        score = float(scores[i].sum()) if scores is not None else math.nan
         sample = {"step": step, "uid": rollout.uid[i], "data_source": rollout.data_source[i],
                   "prompt": rollout.prompt_text[i], "response": rollout.response_text[i],
                   "ground_truth": rollout.ground_truth[i],
-                  "score": float(scores[i].sum()) if scores is not None else None,
+                  "score": None if math.isnan(score) else score,  # NaN: a judge's verdict that held no score
                   # the mean over the trained tokens: an outcome estimator's (GRPO, RLOO) one value per row
                   "advantage": float((advantages[i] * mask[i]).sum() / mask[i].sum().clamp(min=1))
                   if advantages is not None else None}
@@ -221,8 +223,8 @@ class LocalStep:
         for port, name in call.outputs:
             # generate's second output is the log-probs it kept, inside the rollout
             values[name] = value.sample_log_probs if call.method == "generate" and port == "log_prob" else value
-            if call.method == "values":
-                semantic.setdefault("values", value)
+            if port in SEMANTIC_PORTS:  # a critic's values, a reward model's or judge's scores
+                semantic.setdefault(port, value)
 
     def _driver(self, call: CallPlan, step: int, values: dict, result: StepResult, semantic: dict) -> None:
         start = time.perf_counter()

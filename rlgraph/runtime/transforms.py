@@ -17,9 +17,10 @@ from rlgraph.algos import AdaptiveKLController, FixedKLController, apply_kl_pena
 from rlgraph.algos.shaping import overlong_penalty
 from rlgraph.contract.settings import UserFunctionSettings
 from rlgraph.plan.model import CallPlan, Plan
-from rlgraph.runtime.errors import RunError
+from rlgraph.runtime.errors import ProcessDiedError, RunError
 from rlgraph.workers import RewardFunctionError, Rollout, RuleReward
 from rlgraph.workers.reward import RewardScores
+from rlgraph.workers.reward_process import ChildKilled
 from rlgraph.workers.user_functions import UserFunctionError, describe, load_user_function, transform_arguments
 
 # port name of a transform's input -> the estimator's parameter name
@@ -42,11 +43,13 @@ def prompt_baselines(baseline_scores: torch.Tensor, uid: list[int]) -> torch.Ten
 def scored(name: str, reward: RuleReward, rollout: Rollout, when: str) -> RewardScores:
     """The scores of `rollout` and which rows have one; a reward function that fails (raises, hangs, exits,
     or gives more rows no usable score than its `max_invalid_fraction` allows) is a RunError naming the
-    reward and the row."""
+    reward and the row. Its process killed from outside is a ProcessDiedError: the run recovers from it."""
     try:
         return reward.score_rows(rollout)
     except RewardFunctionError as err:
         raise RunError(f"reward `{name}` failed in {when}: {err}") from None
+    except ChildKilled as err:
+        raise ProcessDiedError(f"reward `{name}` could not score {when}: {err}.", died=str(err)) from None
 
 
 def score(name: str, reward: RuleReward, rollout: Rollout, when: str) -> torch.Tensor:
@@ -65,6 +68,9 @@ class DriverCalls:
         self.unscored: tuple[Rollout, torch.Tensor] | None = None
         self.kl_controllers: dict[str, FixedKLController | AdaptiveKLController] = {}
         self.user_transforms: dict[str, Any] = {}  # call id -> the function of a transform the spec declares
+        # field -> the judge role that scores it: a NaN on a row of it is a verdict that held no score
+        self.judged = {name: call.target for call in plan.calls if call.kind == "role" and call.role_kind == "judge"
+                       for _, name in call.outputs}
         for call in plan.calls:
             if isinstance(call.settings, UserFunctionSettings):
                 try:
@@ -95,6 +101,28 @@ class DriverCalls:
             metrics.update({f"reward/{call.target}/{key}": value for key, value in result.extras.items()})
             metrics.update({f"reward/{call.target}/{key}": value for key, value in result.metrics.items()})
             return {"scores": result.token_level_scores}, metrics
+        inputs, metrics = self.unjudged(call, inputs, rollout)
+        outputs, more = self._transform(call, inputs, rollout, when)
+        return outputs, {**metrics, **more}
+
+    def unjudged(self, call: CallPlan, inputs: dict[str, Any], rollout: Rollout) -> tuple[dict[str, Any], dict]:
+        """A judge's scores with its unparsed verdicts (NaN, rlgraph/workers/judge.py) as 0, and those rows marked
+        unscored, as a reward's rows without a usable score are: the estimators leave them out."""
+        metrics: dict[str, float] = {}
+        for port, name in call.inputs:
+            if name not in self.judged or not isinstance(inputs.get(port), torch.Tensor):
+                continue
+            unparsed = torch.isnan(inputs[port]).any(-1)  # (batch,)
+            metrics[f"judge/{self.judged[name]}/invalid"] = int(unparsed.sum())
+            if unparsed.any():
+                inputs = {**inputs, port: inputs[port].nan_to_num(0.0)}
+                if self.unscored is not None and self.unscored[0] is rollout:
+                    unparsed = unparsed | self.unscored[1]
+                self.unscored = (rollout, unparsed)
+        return inputs, metrics
+
+    def _transform(self, call: CallPlan, inputs: dict[str, Any], rollout: Rollout,
+                   when: str) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         if call.id in self.user_transforms:
             return self._user_transform(call, inputs, rollout, when)
         if call.target == "kl_penalty":

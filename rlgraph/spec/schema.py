@@ -259,7 +259,7 @@ class BlockSchema:
 
 
 DTYPES = ("fp32", "bf16", "fp16")
-ROLE_KINDS = ("actor", "rollout", "ref", "critic", "reward_model")
+ROLE_KINDS = ("actor", "rollout", "ref", "critic", "reward_model", "judge")
 TRAINED_KINDS = ("actor", "critic")
 
 OPTIM = BlockSchema("the optimizer (AdamW) of a trained role", named=False, keys={
@@ -363,6 +363,25 @@ ROLE_KEYS: dict[str, dict[str, Key]] = {
                      "micro_batch_tokens": _TRAINED["micro_batch_tokens"], "remove_padding": _TRAINED["remove_padding"],
                      "retokenize": Key(Bool(), "decode the responses and tokenize the text with the reward "
                                        "model's own tokenizer (a reward model of another model family)", False)},
+    "judge": {**_MODEL, **_PLACEMENT,
+              "engine": Key(Choice(tuple(ENGINES)), "generation engine of the verdicts (as a rollout's)",
+                            DEFAULT_ENGINE),
+              "template": Key(Str(), "the judge's prompt, a jinja2 template over `prompt`, `response`, "
+                              "`ground_truth`, `data_source` and `extra_info` (\\n for a new line), or a "
+                              "`.jinja`/`.j2` file read from the spec's folder; rendered through the judge "
+                              "model's chat template when it has one", required=True),
+              "parser": Key(Str(), "how a verdict becomes a score: `yes_no` (1 for yes, 0 for no), `tag:NAME` "
+                            "(the number in <NAME>...</NAME>), or a function `module:function` / "
+                            "`file.py:function` called as fn(verdict, prompt, response, ground_truth) -> a "
+                            "number or None", "yes_no"),
+              "max_new_tokens": Key(Int(min=1), "the most tokens a verdict may have", 16),
+              "temperature": Key(Float(min=0.0), "sampling temperature of the verdicts (0 = greedy)", 0.0),
+              "max_sequences": Key(Int(min=1), "at most this many verdicts generated at once (as a rollout's)"),
+              "memory_fraction": Key(Float(0.0, 1.0), "share of device memory the engine may take (GPU)", 0.5),
+              "max_invalid_fraction": Key(Float(0.0, 1.0), "share of a batch's verdicts that may hold no score "
+                                          "(the parser finds none): those rows are left out of the update; more "
+                                          "is an error naming the row", 0.0),
+              "dtype": _FROZEN_DTYPE},
     "rollout": {**_MODEL, **_PLACEMENT,
                 "engine": Key(Choice(tuple(ENGINES)), "generation engine: " + ", ".join(
                     f"{e.name} ({'/'.join(d.upper() for d in e.devices)})" for e in ENGINES.values())
@@ -413,7 +432,7 @@ BLOCKS: dict[str, BlockSchema] = {
         "device": Key(Choice(("cpu", "gpu")), "device kind", "cpu"),
         "memory": Key(Bytes(), "memory of one device, e.g. 80GiB"),
     }),
-    "role": BlockSchema("a role in training: actor, rollout, ref, critic or reward_model", keys=_ALL_ROLE_KEYS,
+    "role": BlockSchema("a role in training: actor, rollout, ref, critic, reward_model or judge", keys=_ALL_ROLE_KEYS,
                         blocks={"optim": OPTIM, "lora": LORA, "val": ROLLOUT_VAL}),
     "reward": BlockSchema("a reward: a Python function `module:function` or `path/to/file.py:function` (`fn`), or a "
                           "service that scores rows over HTTP (`url`)", keys={
@@ -491,6 +510,8 @@ BLOCKS: dict[str, BlockSchema] = {
         "batch_size": Key(Int(min=1, max=MAX_BATCH), "prompts per step (samples per step = this x rollout n)",
                           required=True),
         "max_prompt_length": Key(Int(min=1), "longer prompts are filtered out (tokens)", 64),
+        "max_response_length": Key(Int(min=1), "SFT (`demos -> actor.sft`): demonstrations whose response (with its "
+                                   "end-of-sequence token) is longer are filtered out (tokens)", 32),
         "shuffle": Key(Bool(), "shuffle the training prompts each epoch", True),
         "val_batch_size": Key(Int(min=1, max=MAX_BATCH), "prompts per validation batch", 256),
     }),

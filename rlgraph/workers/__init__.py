@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     "BasePolicy": "rlgraph.workers.policy",
     "CriticWorker": "rlgraph.workers.critic",
+    "JudgeWorker": "rlgraph.workers.judge",
     "PolicyWorker": "rlgraph.workers.policy",
     "Rollout": "rlgraph.workers.batch",
     "RewardFunctionError": "rlgraph.workers.reward",
@@ -30,6 +31,7 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from rlgraph.workers.batch import Rollout, Segment, TokenSource, position_ids_from_mask
     from rlgraph.workers.critic import CriticWorker
+    from rlgraph.workers.judge import JudgeWorker
     from rlgraph.workers.policy import BasePolicy, PolicyWorker
     from rlgraph.workers.reward import RewardFunctionError, RuleReward, load_reward_fn
     from rlgraph.workers.reward_model import RewardModelWorker

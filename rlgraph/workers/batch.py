@@ -322,3 +322,31 @@ def _pad_columns(x: torch.Tensor, width: int, value: int, *, left: bool) -> torc
         return x
     pad = x.new_full((x.shape[0], missing), value)
     return torch.cat([pad, x] if left else [x, pad], dim=1)
+
+
+def demonstration_rollout(items: Sequence[dict[str, Any]], uid_offset: int = 0) -> Rollout:
+    """SFT's batch: data items with `response_ids` (RLDataset with demonstrations) as a Rollout of one row each,
+    prompts left-padded and responses right-padded to the batch's longest; every response token (its EOS too) is
+    in the loss mask, so `actor.sft` trains on the responses and never on the prompts."""
+    from rlgraph.models.sequences import left_pad
+
+    if not items:
+        raise ValueError("a batch of demonstrations needs at least one row")
+    if any("response_ids" not in item for item in items):
+        raise ValueError("these rows hold no responses: `demos` needs SFT data (a `response` or `messages` column)")
+    pad = int(items[0]["pad_token_id"])
+    prompts, prompt_mask = left_pad([item["input_ids"] for item in items], pad)  # (batch, P)
+    width = max(len(item["response_ids"]) for item in items)
+    responses = torch.full((len(items), width), pad, dtype=torch.long)  # (batch, R)
+    loss_mask = torch.zeros((len(items), width), dtype=torch.long)  # (batch, R)
+    for row, item in enumerate(items):
+        ids = item["response_ids"]
+        responses[row, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+        loss_mask[row, : len(ids)] = 1
+    return Rollout.build(prompts, prompt_mask, responses, loss_mask, pad,
+                         uid=[uid_offset + i for i in range(len(items))],
+                         data_source=[item.get("data_source", "") for item in items],
+                         ground_truth=[item.get("ground_truth") for item in items],
+                         extra_info=[item.get("extra_info") for item in items],
+                         prompt_text=[item.get("prompt_text", "") for item in items],
+                         response_text=[item["response_text"] for item in items])

@@ -53,6 +53,23 @@ class RewardProcessError(RewardFunctionError):
         self.row = row  # the row it was scoring, None if it was not scoring one (loading the function)
 
 
+# Signals that end a child from outside (the kernel's out-of-memory killer, an operator, a scheduler stopping the
+# job), not the user's code ending its own process (os._exit: an exit code; a crash in native code: SIGSEGV,
+# SIGABRT), which would do so again on the same row.
+KILLED_FROM_OUTSIDE = (signal.SIGKILL, signal.SIGTERM)
+
+
+class ChildKilled(Exception):
+    """A child process of user code (a reward's, an environment's) was killed from outside while it had work:
+    nothing about the code or the row, so the run recovers as from a worker process's death (train.max_failures,
+    rlgraph/runtime/run.py) instead of failing the rows or stopping. Not a RewardFunctionError: nothing that
+    reports a function's error must catch it."""
+
+
+def killed_from_outside(code: int) -> bool:
+    return code < 0 and -code in KILLED_FROM_OUTSIDE
+
+
 def load_reward_fn(spec: str, base_dir: str | None = None, kind: str = "reward function") -> RewardFn:
     """The function named by `spec`: `"package.module:function"`, or verl's file form `"path/to/file.py:function"`.
 
@@ -369,6 +386,10 @@ class RewardProcess:
         self.close()
         how = describe_exit(code) + (" (out of memory?)" if code == -signal.SIGKILL else "")
         what = f"the process of reward function {self.name} {how}"
+        if killed_from_outside(code):
+            doing = {_LOADING: "while loading it", _NOT_SCORING: "between rows", BATCH: "while scoring a batch"}.get(
+                row, f"while scoring row {self.first + row * self.stride}")
+            raise ChildKilled(f"{what} {doing}")
         if row == _LOADING:
             raise RewardProcessError(f"{what} while loading it", None)
         if row == _NOT_SCORING:

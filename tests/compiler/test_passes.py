@@ -17,9 +17,9 @@ GOLDEN = sorted((Path(__file__).parent / "golden").glob("*.rl"))
 
 
 def test_passes_are_listed_once_in_order():
-    assert [p.__name__ for p in PASSES] == ["paths", "resolve", "rewards", "dataflow", "roles", "algorithm", "user_functions", "batch",
-                                            "offload", "asynchrony", "sampling", "training", "environments",
-                                            "runtime_support"]
+    assert [p.__name__ for p in PASSES] == ["paths", "resolve", "rewards", "judges", "dataflow", "roles", "algorithm",
+                                            "user_functions", "batch", "offload", "asynchrony", "sampling", "training",
+                                            "environments", "runtime_support"]
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])

@@ -13,7 +13,8 @@ from rlgraph.contract.methods import DISPATCH_MODES, RESPONSES, ROLE_METHODS, WO
 from rlgraph.runtime.group import DISPATCH_MODES as GROUP_DISPATCH_MODES
 
 WORKER_CLASSES = {"policy": workers.PolicyWorker, "critic": workers.CriticWorker,
-                  "reward_model": workers.RewardModelWorker, "rollout": workers.RolloutWorker}
+                  "reward_model": workers.RewardModelWorker, "judge": workers.JudgeWorker,
+                  "rollout": workers.RolloutWorker}
 
 
 def test_the_compiler_offers_exactly_the_table_s_methods_with_its_ports():

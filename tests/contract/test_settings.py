@@ -43,6 +43,8 @@ def test_role_settings_cover_every_role_key(kind):
         keys |= {"strategy"}  # resolved from the trained role it is colocated with
     if kind == "rollout":
         keys |= {"val"}
+    if kind == "judge":
+        keys |= {"base_dir"}  # where its parser is looked for: the spec's folder, not a key a spec writes
     assert _fields(s.ROLE_SETTINGS[kind]) == keys
     assert _fields(s.ValSettings) == set(ROLLOUT_VAL.keys)
     assert _fields(s.OptimSettings) == set(OPTIM.keys)

@@ -102,3 +102,12 @@ def test_rlgraph_run_with_a_reward_that_exits_at_import_exits_1_naming_it(tmp_pa
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
     assert "reward `exact`" in out and "exited with code 0 while importing" in out and "Traceback" not in out
+
+
+def test_a_judges_parser_function_is_a_user_module_a_builtin_parser_is_not():
+    plan = plan_from_spec(SPECS / "grpo_arith_judge.rl")
+    assert [(m.what, m.ref) for m in user_modules(plan)] == [
+        ("reward `exact`", "rlgraph.tasks.arith:exact_match"),
+        ("the parser of judge `judge`", "rlgraph.tasks.arith_judge:same_answer")]
+    builtin = plan_from_spec(SPECS / "grpo_arith_judge.rl", 'judge.parser="yes_no"')
+    assert [m.what for m in user_modules(builtin)] == ["reward `exact`"]

@@ -108,3 +108,10 @@ def test_curves_on_a_full_disk_are_one_error_naming_the_file_and_leave_no_half_p
     with pytest.raises(RunError, match="disk full while writing"):
         plot_curves(records, tmp_path / "curves.png")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_judges_rows_without_a_score_are_left_out_of_the_score_metrics():
+    rollout = _rollout()
+    scores = torch.tensor([[0.0, 0.75, 0.0], [0.0, 0.0, float("nan")]])  # row 1: a verdict that held no score
+    m = batch_metrics(rollout, {"scores": scores})
+    assert (m["critic/score/mean"], m["critic/score/min"], m["critic/rewards/mean"]) == (0.75, 0.75, 0.75)

@@ -81,3 +81,25 @@ def test_a_bad_data_row_is_refused_before_ray_starts(tmp_path, monkeypatch):
     with pytest.raises(PreflightError) as refused:
         run.run_plan(plan, tmp_path / "run")
     assert str(refused.value).startswith(f"data.train: {rows}:1: no \"reward_model\" field")
+
+
+JUDGE = SPECS / "grpo_arith_judge.rl"
+
+
+@pytest.mark.parametrize("body, words", [
+    ("def score(verdict, prompt, response, ground_truth):\n    return 1.0\n", "has no attribute 'parse'"),
+    ("def parse(verdict):\n    return 1.0\n", "must take (verdict, prompt, response, ground_truth)"),
+])
+def test_a_judges_parser_that_cannot_parse_is_refused_before_ray_starts(tmp_path, body, words):
+    (tmp_path / "parsers.py").write_text(body)
+    plan = plan_from_spec(JUDGE, f'judge.parser="{tmp_path / "parsers.py"}:parse"')
+    with pytest.raises(PreflightError) as refused:
+        preflight(plan, starting_locally=False)
+    assert str(refused.value).startswith("judge `judge`: ") and words in str(refused.value)
+
+
+@pytest.mark.skipif(sglang_imports(), reason="sglang is installed here")
+def test_a_judges_engine_that_is_not_installed_is_refused_as_a_rollouts_is():
+    plan = plan_from_spec(JUDGE, "judging.device=gpu", "judge.engine=sglang")
+    with pytest.raises(PreflightError, match=r"^role `judge`: engine = sglang needs the sglang package"):
+        preflight(plan, starting_locally=False)

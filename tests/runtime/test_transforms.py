@@ -82,3 +82,31 @@ def test_gae_and_grpo_skip_the_tokens_an_environment_inserted():
     expected, _ = grpo_advantage(compact_rewards, compact_mask, rollout.uid)
     torch.testing.assert_close(out["advantages"][mask.bool()], expected[keep].float())
     assert (out["advantages"][inserted] == 0).all()
+
+
+def test_a_judges_verdicts_without_a_score_leave_their_rows_out_of_the_estimate():
+    """specs/grpo_arith_judge.rl's plan: the judge's scores hold NaN where a verdict held none; GRPO estimates on
+    the other rows alone (their groups' mean and std without the NaN rows) and gives those rows advantage 0."""
+    from rlgraph.workers.batch import Rollout
+
+    from .helpers import SPECS, plan_from_spec
+
+    plan = plan_from_spec(SPECS / "grpo_arith_judge.rl")
+    calls = DriverCalls(plan, {})
+    rows, R = 8, 3
+    mask = torch.ones(rows, R, dtype=torch.long)
+    lists = {k: ["x"] * rows for k in ("data_source", "prompt_text", "response_text", "ground_truth")}
+    rollout = Rollout.build(torch.ones(rows, 2, dtype=torch.long), torch.ones(rows, 2, dtype=torch.long),
+                            torch.ones(rows, R, dtype=torch.long), mask, 0, uid=[0] * 4 + [1] * 4,
+                            extra_info=[{}] * rows, **lists)
+    scores = torch.zeros(rows, R)
+    scores[:, -1] = torch.tensor([1.0, float("nan"), 0.0, 1.0, 0.0, 0.0, float("nan"), 1.0])
+    [call] = [c for c in plan.calls if c.target == "grpo_advantage"]
+    assert dict(call.inputs)["rewards"] in calls.judged  # the judge's field
+    out, metrics = calls.run(call, {"rewards": scores}, rollout)
+    assert metrics["judge/judge/invalid"] == 2
+    kept = [0, 2, 3, 4, 5, 7]
+    expected, _ = grpo_advantage(scores[kept], mask[kept], [rollout.uid[i] for i in kept])
+    assert torch.allclose(out["advantages"][kept], expected.float())
+    assert torch.equal(out["advantages"][[1, 6]], torch.zeros(2, R))
+    assert not torch.isnan(out["advantages"]).any()

@@ -10,6 +10,7 @@ from rlgraph.compiler.passes.asynchrony import asynchrony
 from rlgraph.compiler.passes.batch import batch
 from rlgraph.compiler.passes.dataflow import dataflow
 from rlgraph.compiler.passes.environments import environments
+from rlgraph.compiler.passes.judges import judges
 from rlgraph.compiler.passes.offload import offload
 from rlgraph.compiler.passes.paths import paths
 from rlgraph.compiler.passes.resolve import resolve
@@ -24,6 +25,7 @@ PASSES = (
     paths,      # model folders and data files exist (marks a missing one invalid for the passes after it)
     resolve,    # names: models, pools, roles, places
     rewards,    # each reward a function (`fn`) or a service (`url`), with its own kind's keys
+    judges,     # each judge's template compiles over a sample's fields, its parser exists
     dataflow,   # fields: produced once, used, acyclic, of the right kind
     roles,      # trained roles updated once from the right inputs; every role called
     algorithm,  # estimators, KL, weight syncs

@@ -16,7 +16,8 @@ from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.spec import ast
 from rlgraph.spec.program import Program
 
-KIND_NAMES = {"prompts": "prompts", "responses": "generated responses", "token": "per-token values"}
+KIND_NAMES = {"prompts": "prompts", "responses": "generated responses", "token": "per-token values",
+              "demos": "demonstrations (the data's prompts with their responses)"}
 
 
 def signature_of(node: CallNode) -> Signature | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from math import gcd
 
+from rlgraph.contract.methods import TRAINING_METHODS
 from rlgraph.compiler.graph import CallNode, StepGraph
 from rlgraph.compiler.passes._common import quoted, samples_per_prompt
 from rlgraph.contract.rollouts import trained_generate
@@ -31,17 +32,19 @@ SUGGESTED_MICRO_BATCH = 8  # samples per device per pass that the hint suggests 
 def batch(program: Program, graph: StepGraph) -> list[Diagnostic]:
     generate = trained_generate(graph.calls())
     prompts = program.data.get("batch_size") if program.data is not None else None
-    if generate is None or not isinstance(prompts, int) or prompts < 1:
+    sft = any(node.method == "sft" for node in graph.calls())
+    if (generate is None and not sft) or not isinstance(prompts, int) or prompts < 1:
         return []  # no data or no rollout: reported by other passes
-    rollout = program.roles.get(generate.target)
-    n = samples_per_prompt(program, generate)  # the trained rollout's: what every role call after it gets
+    rollout = program.roles.get(generate.target) if generate is not None else None
+    # the trained rollout's: what every role call after it gets; SFT: one demonstration per row
+    n = samples_per_prompt(program, generate) if generate is not None else 1
     out = _sequence_groups(program, graph)
     if out:
         return out  # the groups do not tile the replicas: no share below is what it would be
     out = _over_replicas(program, graph, prompts, n)
     for node in graph.calls():
         role = program.roles.get(node.target) if node.kind == "role" else None
-        if node.method == "update" and role is not None and role.kind is not None:
+        if node.method in TRAINING_METHODS and role is not None and role.kind is not None:
             out += _update(program, node, role, prompts, n)
     return out + _unset_micro_batch(program, graph, prompts, n) + _token_budget(program, graph, rollout)
 
@@ -170,7 +173,7 @@ def _unset_micro_batch(program: Program, graph: StepGraph, prompts: int, n: int)
         if pool is None or pool.get("device") != "gpu" or prompts * n % dp:
             continue
         # samples per device in one pass: an update's mini-batch, or the whole step for a forward pass
-        per_pass = [(node.kwargs.get("minibatch") if node.method == "update" else None) or prompts
+        per_pass = [(node.kwargs.get("minibatch") if node.method in TRAINING_METHODS else None) or prompts
                     for node in graph.role_calls(name)]
         per_pass = [p * n // dp for p in per_pass]
         common, biggest = gcd(*per_pass), max(per_pass)
@@ -194,7 +197,7 @@ def _token_budget(program: Program, graph: StepGraph, rollout: Decl | None) -> l
     Both set would be ambiguous (verl's use_dynamic_bsz silently ignores the sample count): an error."""
     out = []
     prompt_length = program.data.get("max_prompt_length")
-    new_tokens = rollout.get("max_new_tokens") if rollout is not None else None
+    new_tokens = rollout.get("max_new_tokens") if rollout is not None else program.data.get("max_response_length")
     for name in dict.fromkeys(node.target for node in graph.calls() if node.kind == "role"):
         role = program.roles.get(name)
         budget = role.get("micro_batch_tokens") if role is not None else None
@@ -222,7 +225,8 @@ def _token_budget(program: Program, graph: StepGraph, rollout: Decl | None) -> l
                 continue
             out.append(error(
                 "token-budget", f"micro_batch_tokens = {budget} is less than one whole sequence: data.max_prompt_length "
-                f"= {prompt_length} + max_new_tokens = {new_tokens} of `{rollout.name}` = {longest} tokens", span,
+                f"= {prompt_length} + " + (f"max_new_tokens = {new_tokens} of `{rollout.name}`" if rollout is not None
+                                           else f"data.max_response_length = {new_tokens}") + f" = {longest} tokens", span,
                 f"a forward pass holds at least one whole row (prompt + response): use micro_batch_tokens >= {longest}, "
                 f"e.g. {4 * longest} (4 rows of the longest length per pass)", label=f"{longest} tokens per row"))
     return out + _call_token_budget(program, graph, prompt_length, new_tokens)

@@ -28,7 +28,17 @@ def _missing_step(program: Program) -> list[Diagnostic]:
 
 
 def _no_generate(program: Program) -> list[Diagnostic]:
-    if any(flow.call.method == "generate" for flow in written_flows(program)):
+    """An RL step generates; a supervised step (`demos -> actor.sft`) trains on the data's responses instead. Not
+    both in one step: the batch is either prompts to sample or demonstrations to imitate."""
+    flows = written_flows(program)
+    generates = [f for f in flows if f.call.method == "generate"]
+    sft = [f for f in flows if f.call.method == "sft"]
+    if generates and sft:
+        return [error("algorithm", "the step both generates and trains on demonstrations (`sft`): a step's batch is "
+                      "either prompts to sample from or demonstrations to imitate", sft[0].call.span,
+                      "put the SFT stage in a spec of its own and start the RL spec from its run: `model policy { "
+                      "path = \"runs/NAME\" }` (docs/spec.md, Stages)", label="SFT beside a generate")]
+    if generates or sft:
         return []
     step = program.step.span
     rollouts = [r.name for r in program.roles.values() if r.kind == "rollout"] or ["rollout"]

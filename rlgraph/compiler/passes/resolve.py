@@ -7,7 +7,7 @@ from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.spec.program import Program
 from rlgraph.spec.validate import did_you_mean
 
-_NEEDS_MODEL = ("actor", "ref", "critic", "reward_model")
+_NEEDS_MODEL = ("actor", "ref", "critic", "reward_model", "judge")
 
 
 def resolve(program: Program, graph: StepGraph) -> list[Diagnostic]:

@@ -3,6 +3,7 @@ declared role is called."""
 
 from __future__ import annotations
 
+from rlgraph.contract.methods import TRAINING_METHODS
 from rlgraph.compiler.graph import CallNode, StepGraph
 from rlgraph.compiler.passes._common import (expect_producer, field_span, is_call, is_estimator, kept_log_probs,
                                              written_calls)
@@ -12,7 +13,7 @@ from rlgraph.spec.schema import TRAINED_KINDS
 
 _UPDATE_EXAMPLE = {"actor": "old_log_prob, advantages -> {}.update", "critic": "values, returns -> {}.update"}
 _CALL_EXAMPLE = {"rollout": "prompts -> {}.generate -> responses", "ref": "responses -> {}.log_prob -> ref_log_prob",
-                 "reward_model": "responses -> {}.score -> scores"}
+                 "reward_model": "responses -> {}.score -> scores", "judge": "responses -> {}.score -> scores"}
 
 
 def roles(program: Program, graph: StepGraph) -> list[Diagnostic]:
@@ -41,14 +42,15 @@ def _trainable_dtype(role: Decl) -> list[Diagnostic]:
 def _updated_once(program: Program, graph: StepGraph, role: Decl) -> list[Diagnostic]:
     if role.kind not in TRAINED_KINDS:
         return []
-    if not written_calls(program, role.name, "update"):
+    if not any(written_calls(program, role.name, m) for m in TRAINING_METHODS):
         frozen = ("declare it as a `ref` role if it should stay frozen" if role.kind == "actor"
                   else "remove the critic if the step does not use values")
         return [error("not-updated", f"{role.kind} `{role.name}` is trained, but the step never updates it",
                       role.span, f"add `{_UPDATE_EXAMPLE[role.kind].format(role.name)}` to the step, or {frozen}")]
-    updates = graph.role_calls(role.name, "update")
+    updates = [n for m in TRAINING_METHODS for n in graph.role_calls(role.name, m)]
     return [error("duplicate-update", f"`{role.name}` is updated more than once in one step", node.span,
-                  f"merge the updates into one `{role.name}.update`; `epochs = 2` passes over the batch twice",
+                  f"merge the updates into one `{role.name}.{updates[0].method}`; `epochs = 2` passes over the "
+                  "batch twice",
                   notes=[("first updated", updates[0].span)]) for node in updates[1:]]
 
 

@@ -15,6 +15,10 @@ Deadlines, two of them:
   call that hung, "died" for the others), those it hosted that are still running fail at their next call, and
   the next reset starts a fresh process.
 
+A process killed from outside while it hosts episodes (SIGKILL: out of memory, an operator) is no fault of the
+environment's: the pool stops and raises ChildKilled, and the run recovers as from a worker's death, its
+episodes run again (train.max_failures). One killed while idle between batches is replaced at the next reset.
+
 The child imports this package and the environment's module only (no torch): it starts in ~0.2 s.
 """
 
@@ -35,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from rlgraph.workers.envs.base import Observation, Turn
 from rlgraph.workers.envs.loading import EnvError, load_env_class
-from rlgraph.workers.reward_process import as_score, become_child, describe_exit, exit_code, shown, stop_child
+from rlgraph.workers.reward_process import (ChildKilled, as_score, become_child, describe_exit, exit_code,
+                                            killed_from_outside, shown, stop_child)
 
 if TYPE_CHECKING:
     from rlgraph.contract.settings import EnvSettings
@@ -162,9 +167,10 @@ class EnvPool:
         try:
             kind, message = process.conn.recv()
         except (EOFError, OSError):
-            how = describe_exit(exit_code(process.proc))
+            code = exit_code(process.proc)
             self.close(kill=True)
-            raise EnvError(f"{self.label}: its process {how} while importing the class") from None
+            what = f"{self.label}: its process {describe_exit(code)} while importing the class"
+            raise (ChildKilled(what) if killed_from_outside(code) else EnvError(what)) from None
         if kind == "error":
             self.close(kill=True)
             raise EnvError(message)
@@ -220,10 +226,18 @@ class EnvPool:
         """The process hung (it is killed) or ended: fail what it owes, and what it hosts at its next call."""
         if hung:
             process.proc.kill()
-        how = describe_exit(exit_code(process.proc))
+        code = exit_code(process.proc)
+        how = describe_exit(code)
+        _, first, call = process.pending[0] if process.pending else (None, None, None)
+        home = self.processes.index(process)
+        hosted = [e for e, lost in self.episodes.items() if lost is None and e % len(self.processes) == home]
+        owes = any(op != "end" for op, _, _ in process.pending)
+        if not hung and killed_from_outside(code) and (owes or hosted):
+            doing = f"during episode {first}'s {call}" if first is not None else f"hosting {len(hosted)} episode(s)"
+            self.close(kill=True)
+            raise ChildKilled(f"{self.label}: its process {how} {doing}")
         process.stop()
         process.proc = None
-        _, first, call = process.pending[0] if process.pending else (None, None, None)
         timeout_s = self.settings.timeout_s
         if hung:
             reason = (f"its process was killed because episode {first}'s {call} ran past timeout_s = {timeout_s:g} s "
@@ -248,7 +262,6 @@ class EnvPool:
                     f"{self.label}, episode {episode}: {call} ended its process: it {how} "
                     "(os._exit, a crash in native code, out of memory?)"))
         process.pending.clear()
-        home = self.processes.index(process)
         for episode, lost in self.episodes.items():
             if lost is None and episode % len(self.processes) == home:
                 self.episodes[episode] = f"its process ended earlier ({reason})"
