@@ -92,6 +92,8 @@ BUILTIN_MODELS: dict[str, dict] = {
 BUILTIN_MODELS["builtin:arith-rm"] = BUILTIN_MODELS["builtin:arith-gpt"]
 # `builtin:arith-gpt-teacher` (rlgraph/models/build_arith_teacher.py): arith-gpt's recipe trained longer
 BUILTIN_MODELS["builtin:arith-gpt-teacher"] = BUILTIN_MODELS["builtin:arith-gpt"]
+# `builtin:arith-gpt-init` (rlgraph/models/build_arith_init.py): arith-gpt untrained
+BUILTIN_MODELS["builtin:arith-gpt-init"] = BUILTIN_MODELS["builtin:arith-gpt"]
 # `builtin:arith-tool-gpt` (rlgraph/models/build_arith_tool_gpt.py): arith-gpt's shape, 4 tool-call tags more
 BUILTIN_MODELS["builtin:arith-tool-gpt"] = {**BUILTIN_MODELS["builtin:arith-gpt"], "vocab_size": 54}
 
