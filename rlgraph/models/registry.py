@@ -110,9 +110,17 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
 
 
 def resolve_model_path(name: str) -> str:
-    """The absolute local folder of model `name`; a built-in's shipped files are checked first."""
+    """The absolute local folder of model `name`; a built-in's shipped files are checked first; a stage
+    (`run:SPEC.rl` or `run:RUN_DIR`, rlgraph/contract/stages.py) is its run's newest trained actor."""
+    from rlgraph.contract.stages import StageError, is_stage, stage_model_folder
+
     if name.startswith(BUILTIN_PREFIX):
         return str(verified_builtin_folder(name[len(BUILTIN_PREFIX) :]))
+    if is_stage(name):
+        try:
+            return str(stage_model_folder(name).resolve())
+        except StageError as err:
+            raise ModelNotFoundError(str(err)) from None
     path = Path(name).expanduser()
     if path.is_dir():
         return str(path.resolve())

@@ -17,6 +17,7 @@ from rlgraph.plan.model import Plan
 from rlgraph.runtime.errors import PreflightError
 from rlgraph.runtime.import_probe import probe_user_code
 from rlgraph.contract.methods import WORKERS
+from rlgraph.contract.rollouts import reads_demonstrations, sft_call
 from rlgraph.runtime.roles import ALIAS, generate_call, worker_specs
 
 # Any one of these makes a folder's tokenizer loadable (tokenizer_config.json alone names a class whose
@@ -92,8 +93,9 @@ def _check_supported(plan: Plan, starting_locally: bool) -> None:
         if role.kind not in WORKERS:
             raise PreflightError(f"role `{role.name}` is a {role.kind}; this runtime runs {', '.join(WORKERS)} roles.")
     generates = [c for c in plan.calls if c.kind == "role" and c.method == "generate"]
-    if not generates:
-        raise PreflightError("the step never generates: it has no `generate` call")
+    if not generates and sft_call(plan.calls) is None:
+        raise PreflightError("the step never generates: it has no `generate` call (nor trains on demonstrations, "
+                             "`demos -> actor.sft`)")
     # A plan.json is run without the compiler's checks: the engine's own capabilities decide.
     from rlgraph.contract.engines import ENGINES, max_tp_on
 
@@ -338,7 +340,8 @@ def _rows(plan: Plan, split: str) -> list[dict[str, Any]]:
     from rlgraph.data import DataError, load_files
 
     try:
-        return load_files(getattr(plan.data, split))  # every file, one after the other; an error names its file and row
+        # every file, one after the other; an error names its file and row (SFT: a row without its response too)
+        return load_files(getattr(plan.data, split), demonstrations=reads_demonstrations(plan.calls))
     except DataError as err:
         raise PreflightError(f"data.{split}: {err}") from None
 
@@ -349,10 +352,19 @@ def _dataset(plan: Plan, split: str, rows: list[dict[str, Any]], tokenizer: Any,
 
     name = ", ".join(getattr(plan.data, split))
     max_len = plan.data.max_prompt_length
-    dataset = RLDataset(rows, tokenizer, max_prompt_length=max_len, tools=tools)
+    demos = reads_demonstrations(plan.calls)
+    try:
+        dataset = RLDataset(rows, tokenizer, max_prompt_length=max_len, tools=tools, demonstrations=demos,
+                            max_response_length=plan.data.max_response_length if demos else None)
+    except ValueError as err:  # a tokenizer without the EOS that ends each demonstration
+        raise PreflightError(f"data.{split}: {err}") from None
+    limits = f"max_prompt_length = {max_len}" + (
+        f" or whose response (with EOS) is longer than max_response_length = {plan.data.max_response_length}"
+        if demos else "")
+    noun = "demonstrations" if demos else "prompts"
     if dataset.num_filtered:
-        notes.append(f"data.{split}: {dataset.num_filtered} of {len(rows)} prompts are longer than "
-                     f"max_prompt_length = {max_len} tokens and were left out")
+        notes.append(f"data.{split}: {dataset.num_filtered} of {len(rows)} {noun} are longer than {limits} tokens "
+                     "and were left out")
     if len(dataset) == 0:
-        raise PreflightError(f"data.{split} ({name}): every prompt is longer than max_prompt_length = {max_len} tokens")
+        raise PreflightError(f"data.{split} ({name}): every {noun[:-1]} is longer than {limits} tokens")
     return dataset
