@@ -62,3 +62,14 @@ def test_a_stage_whose_run_has_no_checkpoint_says_what_to_run(run_cli, runs):
                         f"policy.path=\"run:{runs / 'never-ran'}\"", *fast(steps=1))
     assert code != 0
     assert "has no checkpoint to start from yet" in out
+
+
+def test_rlgraph_eval_of_the_sft_run_scores_what_its_last_validation_scored(sft_run, capsys, tmp_path):
+    import json
+
+    from .test_eval import run_eval
+
+    code, out = run_eval(capsys, sft_run, "-o", tmp_path / "result.json")
+    assert code == 0, out
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["metrics"]["score/mean"] == read_metrics(sft_run)[-1]["val/score/mean"]
