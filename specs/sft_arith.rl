@@ -18,7 +18,12 @@ role actor {
 
 reward exact { fn = "rlgraph.tasks.arith:exact_match" }  # validation's score (no reward in the step)
 
-data { train = "builtin:arith/sft"  val = "builtin:arith/sft_val"  batch_size = 64  max_response_length = 4 }
+data {
+  train = "builtin:arith/sft"
+  val = "builtin:arith/sft_val"
+  batch_size = 64
+  max_response_length = 4
+}
 
 step {
   demos -> actor.sft
