@@ -70,3 +70,9 @@ def test_a_stage_before_its_run_has_the_shape_of_the_model_its_spec_starts_from(
     direct, _ = plan_spec(compile_text(tmp_path, sft_spec(), name="direct.rl"))
     assert staged.memory[0].breakdown["actor/params"] > 0
     assert [m.breakdown for m in staged.memory] == [m.breakdown for m in direct.memory]
+
+
+def test_asynchronous_sft_is_an_error(tmp_path):
+    text = sft_spec() + "train { steps = 2  staleness = 1 }\n"
+    d = only(compile_text(tmp_path, text), "async-no-rollout")
+    assert d.span.line == line_of(text, "staleness")
