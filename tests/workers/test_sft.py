@@ -104,3 +104,18 @@ def test_a_reference_policy_cannot_train(tiny_model_dir, demos):
     ref = PolicyWorker(tiny_model_dir, ref_settings(), seed=0)
     with pytest.raises(RuntimeError, match="cannot train"):
         ref.sft(demos, settings=sft_settings())
+
+
+def test_sft_with_lora_trains_the_adapters_alone_and_lowers_the_nll(tiny_model_dir, tokenizer, demos):
+    from rlgraph.contract.settings import LoraSettings
+
+    lora = LoraSettings(rank=4, alpha=8.0, dropout=0.0, target_modules="all-linear")
+    actor = PolicyWorker(tiny_model_dir, actor_settings(lr=1e-2, lora=lora), seed=0)
+    before = {name: p.detach().clone() for name, p in actor.module.named_parameters()}
+    nll = reference_nll(actor.module, tokenizer).item()
+    for step in range(3):
+        actor.sft(demos, settings=sft_settings(), shuffle_seed=step)
+    changed = {name for name, p in actor.module.named_parameters() if not torch.equal(p, before[name])}
+    assert changed and all(".lora_A." in name or ".lora_B." in name for name in changed)
+    with torch.no_grad():
+        assert reference_nll(actor.module, tokenizer).item() < nll
