@@ -171,8 +171,10 @@ class StepResult:
 
 
 def wants_samples(plan: Plan, step: int) -> bool:
+    """Whether step `step` writes samples.jsonl rows: every train.samples_every steps of a step that generates
+    (an SFT step's rows are the data's own demonstrations, not answers of the model)."""
     every = plan.train.samples_every if plan.train is not None else 0
-    return bool(every) and step % every == 0
+    return bool(every) and step % every == 0 and trained_generate(plan.calls) is not None
 
 
 def add_time(timing: dict[str, float], name: str, seconds: float) -> None:
