@@ -295,9 +295,11 @@ def round_trip_warnings(tokenizer: Any, rows: list[dict[str, Any]], split: str,
         prompt = row["prompt"]
         texts = [("prompt", prompt)] if isinstance(prompt, str) else [
             (f"prompt message {i}", message["content"]) for i, message in enumerate(prompt)]  # 0-based, as data errors
-        truth = row["reward_model"]["ground_truth"]
+        truth = (row.get("reward_model") or {}).get("ground_truth")  # a demonstration may have none
         if isinstance(truth, (str, int, float)) and not isinstance(truth, bool):
             texts.append(("ground truth", str(truth)))
+        if isinstance(row.get("response"), str):  # SFT's answer to imitate, decoded as a response is
+            texts.append(("ground truth", row["response"]))
         for what, text in texts:
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             decoded = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens and what == "ground truth")
