@@ -119,3 +119,13 @@ def test_sft_with_lora_trains_the_adapters_alone_and_lowers_the_nll(tiny_model_d
     assert changed and all(".lora_A." in name or ".lora_B." in name for name in changed)
     with torch.no_grad():
         assert reference_nll(actor.module, tokenizer).item() < nll
+
+
+def test_sft_on_packed_rows_gives_the_padded_gradient(tiny_model_dir, demos):
+    padded = PolicyWorker(tiny_model_dir, actor_settings(lr=0.0, grad_clip=0.0), seed=0)
+    packed = PolicyWorker(tiny_model_dir, actor_settings(lr=0.0, grad_clip=0.0, remove_padding=True), seed=0)
+    want, want_metrics = gradient_of_sft(padded, demos)
+    got, got_metrics = gradient_of_sft(packed, demos, micro_batch_tokens=24)
+    assert got_metrics["actor/sft_loss"] == pytest.approx(want_metrics["actor/sft_loss"], rel=1e-5)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], **FP32_REORDERED)
