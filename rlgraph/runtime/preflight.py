@@ -70,7 +70,7 @@ def prepare(plan: Plan, checked: Checked) -> Prepared:
     _check_user_functions(plan)
     tokenizer = _tokenizer(plan, checked.model_paths)
     tools = _check_envs(plan, tokenizer)
-    notes: list[str] = []
+    notes = _stage_notes(plan, checked.model_paths)
     train = _dataset(plan, "train", checked.rows["train"], tokenizer, notes, tools)
     val = _dataset(plan, "val", checked.rows["val"], tokenizer, notes, tools) if "val" in checked.rows else None
     batch_size = plan.data.batch_size
@@ -141,6 +141,16 @@ def _check_loggers(plan: Plan) -> None:
     problems = missing_packages(plan.train.loggers)
     if problems:
         raise PreflightError("; ".join(problems))
+
+
+def _stage_notes(plan: Plan, model_paths: dict[str, str]) -> list[str]:
+    """Which checkpoint each stage path (`run:...`) resolved to: the newest when the run started, so a resume
+    after the earlier stage trained on starts its frozen roles from that newer one."""
+    from rlgraph.contract.stages import is_stage
+
+    stages = {(path, model_paths[role.name]) for role in plan.roles
+              if role.name in model_paths and is_stage(path := _model_path_of(plan, role.name) or "")}
+    return [f"{path} is {folder} (the newest checkpoint of that run)" for path, folder in sorted(stages)]
 
 
 def _model_path_of(plan: Plan, role_name: str) -> str | None:

@@ -73,3 +73,14 @@ def test_rlgraph_eval_of_the_sft_run_scores_what_its_last_validation_scored(sft_
     assert code == 0, out
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["metrics"]["score/mean"] == read_metrics(sft_run)[-1]["val/score/mean"]
+
+
+def test_the_next_stage_says_which_checkpoint_it_starts_from(sft_run):
+    from rlgraph.runtime.preflight import preflight
+
+    from .helpers import SPECS, plan_from_spec
+
+    plan = plan_from_spec(SPECS / "sft_then_grpo_arith.rl", f'policy.path="run:{sft_run}"')
+    prepared = preflight(plan, starting_locally=False)
+    assert prepared.model_paths["actor"] == str((sft_run / "checkpoints" / "step_3" / "actor").resolve())
+    assert f"run:{sft_run} is {prepared.model_paths['actor']}" in prepared.notes[0]
