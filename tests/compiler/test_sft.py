@@ -76,3 +76,12 @@ def test_asynchronous_sft_is_an_error(tmp_path):
     text = sft_spec() + "train { steps = 2  staleness = 1 }\n"
     d = only(compile_text(tmp_path, text), "async-no-rollout")
     assert d.span.line == line_of(text, "staleness")
+
+
+def test_a_stage_whose_spec_has_errors_is_an_error_here_too(tmp_path):
+    (tmp_path / "first.rl").write_text(sft_spec(train="builtin:arith/train"))  # demos on rows without responses
+    text = sft_spec(model="run:first.rl")
+    d = only(compile_text(tmp_path, text, name="second.rl"), "model-path")
+    assert "does not check clean (1 error)" in d.message and "rlgraph check" in d.hints[0]
+    (tmp_path / "loop.rl").write_text(sft_spec(model="run:loop.rl"))  # a stage that names itself: no endless check
+    compile_text(tmp_path, (tmp_path / "loop.rl").read_text(), name="loop.rl")

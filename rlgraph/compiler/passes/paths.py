@@ -113,7 +113,29 @@ def _stage(model: Decl, path: str, base: Path) -> list[Diagnostic]:
         return [error("model-path", f"model `{model.name}`: `{spec}` trains no actor to start from", span,
                       "name a spec with one `actor` role (e.g. an SFT spec, `demos -> actor.sft`)",
                       label="no actor")]
+    errors = _stage_errors(found.path)
+    if errors:  # the stage before would not run, so this one has nothing to start from
+        return [error("model-path", f"model `{model.name}`: the stage before, `{spec}`, does not check clean "
+                      f"({errors} error{'s' * (errors != 1)})", span, f"`rlgraph check {found.path}` shows them",
+                      label="its stage has errors")]
     return []
+
+
+_CHECKING: list[str] = []  # the stage specs being checked now: a stage that names itself (or a loop) ends here
+
+
+def _stage_errors(path: str) -> int:
+    """The errors `check` finds in the stage spec at `path` (0 for a loop of stages, reported where it closes)."""
+    from rlgraph.compiler import compile_spec
+
+    resolved = str(Path(path).resolve())
+    if resolved in _CHECKING:
+        return 0
+    _CHECKING.append(resolved)
+    try:
+        return sum(d.severity == "error" for d in compile_spec(path).diagnostics)
+    finally:
+        _CHECKING.pop()
 
 
 def _unreadable_json(file: Path) -> str | None:
