@@ -216,10 +216,13 @@ def eval_settings(plan, *, data: list[str], reward: str | None, n: int | None, t
 
 def _from_plan(plan, reward_defaults) -> tuple[Any, float]:
     """(EvalSettings of the plan's validation, the temperature of sampled answers when --n asks for some)."""
+    from rlgraph.contract.rollouts import sft_call
     from rlgraph.runtime.evaluate import EvalSettings, validation_reward
     from rlgraph.runtime.roles import ALIAS, generate_call, worker_specs
 
     call = generate_call(plan)
+    if call is None and sft_call(plan.calls) is not None:
+        return _from_supervised_plan(plan, reward_defaults)
     if call is None:
         raise EvalInputError(f"{plan.spec}: the step never generates, so there is no rollout to evaluate like")
     rollout = plan.role(call.target)
@@ -238,6 +241,29 @@ def _from_plan(plan, reward_defaults) -> tuple[Any, float]:
         memory_fraction=rollout.settings.memory_fraction, seed=plan.train.seed)
     val = rollout.settings.val
     return settings, val.temperature if val.n > 1 else rollout.settings.temperature
+
+
+def _from_supervised_plan(plan, reward_defaults) -> tuple[Any, float]:
+    """An SFT run's validation (loop.Trainer.validate_demonstrations): the actor's greedy answers through its HF
+    engine, at most data.max_response_length tokens. Sampled answers (--n) at temperature 1."""
+    from rlgraph.contract import settings as s
+    from rlgraph.contract.rollouts import sft_call
+    from rlgraph.runtime.evaluate import EvalSettings, demonstration_answers, validation_reward
+    from rlgraph.spec.schema import ROLE_KEYS
+
+    actor = plan.role(sft_call(plan.calls).target)
+    pools = {p.name: p.device for p in plan.pools}
+    device = next((pools[p.pool] for p in plan.placements_of(actor.name)), "cpu")
+    name = validation_reward(plan)
+    answers = demonstration_answers(plan.data.max_response_length)
+    settings = EvalSettings(
+        data=tuple(plan.data.val or ()), reward_name=name or "", reward_fn=plan.rewards.get(name) if name else None,
+        reward=plan.reward_settings.get(name, reward_defaults) if name else reward_defaults,
+        plan=plan, max_prompt_length=plan.data.max_prompt_length, batch_size=plan.data.val_batch_size,
+        generate=answers, val=s.ValSettings(1, 0.0, answers.top_p, answers.top_k), engine="hf",
+        dtype=actor.settings.dtype, device="cuda" if device == "gpu" else "cpu",
+        memory_fraction=ROLE_KEYS["rollout"]["memory_fraction"].default, seed=plan.train.seed)
+    return settings, 1.0
 
 
 # --- the report ---

@@ -41,3 +41,17 @@ def trained_generate(calls: Iterable[Any]) -> Any | None:
 
 def filter_call(calls: Iterable[Any]) -> Any | None:
     return next((c for c in calls if c.kind == "transform" and c.target == FILTER_GROUPS), None)
+
+
+DEMOS = "demos"  # the data field of demonstrations: each prompt with its response (rlgraph/compiler/builtins.py)
+
+
+def sft_call(calls: Iterable[Any]) -> Any | None:
+    """The step's supervised call (`demos -> actor.sft`): such a step draws demonstrations, not prompts to sample
+    from, and has no generate call (the compiler's dataflow pass)."""
+    return next((c for c in calls if c.kind == "role" and c.method == "sft"), None)
+
+
+def reads_demonstrations(calls: Iterable[Any]) -> bool:
+    """Whether some call reads the data's demonstrations: then its rows must hold responses."""
+    return any(name == DEMOS for c in calls for _, name in c.inputs)

@@ -62,6 +62,7 @@ _ALL = [
     Code("single-sample-group", "warning", "a group estimator over one sample per prompt: raw scores, no baseline"),
     Code("async-colocated", "error", "asynchronous training with a rollout that shares its devices with training"),
     Code("async-no-sync", "error", "asynchronous training with a rollout that never gets the policy's weights"),
+    Code("async-no-rollout", "error", "asynchronous training of a step that generates nothing (SFT)"),
     Code("no-effect", "warning", "a call argument that the step's inputs make a no-op"),
     Code("several-rollouts", "error", "role calls read the outputs of more than one generate call"),
     Code("dynamic-sampling", "error", "a `filter_groups` call the step cannot refill around"),

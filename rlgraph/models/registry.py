@@ -65,6 +65,20 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         about="builtin:arith-gpt's recipe trained on: adds two-digit numbers 86.2% of the time, greedy (the "
               "teacher of specs/distill_arith.rl; the same tokenizer as builtin:arith-gpt)",
     ),
+    "arith-gpt-init": BuiltinModel(
+        folder="arith-gpt-init",
+        sha256={
+            "model.safetensors": "5215ab66b5034ea175056d640019dc660a122f72400fad55559f1601c965e8f6",
+            "config.json": "e5c5523b182b4862ee1dd26d805f3294e9f533298fb238099a9064f5d037cf44",
+            "generation_config.json": "bd3721374491f500cc0d53b8e3728587179a196728dd88b9160eb49aa3601125",
+            "tokenizer.json": "7dee99112ca753cbe50b6dcb950bd7cd42249468df5b4369b9ed36581f9765b0",
+            "tokenizer_config.json": "49c829a5e2b3ce7d1dd15d898d4c382f5ba6f073cb71ebf19c93c8c5907ef49d",
+            "rlgraph_build.json": "5ee0d52e7f60c9947ac1084f43af6af7e1eea43ea61b94ce504e04db67258ca0",
+        },
+        recipe="rlgraph.models.build_arith_init",
+        about="builtin:arith-gpt untrained (random init, seed 0): 0% greedy on builtin:arith; the start of "
+              "specs/sft_arith.rl, supervised fine-tuning before RL",
+    ),
     "arith-tool-gpt": BuiltinModel(
         folder="arith-tool-gpt",
         sha256={
@@ -96,9 +110,17 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
 
 
 def resolve_model_path(name: str) -> str:
-    """The absolute local folder of model `name`; a built-in's shipped files are checked first."""
+    """The absolute local folder of model `name`; a built-in's shipped files are checked first; a stage
+    (`run:SPEC.rl` or `run:RUN_DIR`, rlgraph/contract/stages.py) is its run's newest trained actor."""
+    from rlgraph.contract.stages import StageError, is_stage, stage_model_folder
+
     if name.startswith(BUILTIN_PREFIX):
         return str(verified_builtin_folder(name[len(BUILTIN_PREFIX) :]))
+    if is_stage(name):
+        try:
+            return str(stage_model_folder(name).resolve())
+        except StageError as err:
+            raise ModelNotFoundError(str(err)) from None
     path = Path(name).expanduser()
     if path.is_dir():
         return str(path.resolve())

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlgraph.compiler.topology import model_of, pool_device, root_of
+from rlgraph.contract.stages import is_stage
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.diagnostics.codes import CODES
 from rlgraph.contract.engines import EngineFacts, engine_facts
@@ -93,6 +94,8 @@ BUILTIN_MODELS: dict[str, dict] = {
 BUILTIN_MODELS["builtin:arith-rm"] = BUILTIN_MODELS["builtin:arith-gpt"]
 # `builtin:arith-gpt-teacher` (rlgraph/models/build_arith_teacher.py): arith-gpt's recipe trained longer
 BUILTIN_MODELS["builtin:arith-gpt-teacher"] = BUILTIN_MODELS["builtin:arith-gpt"]
+# `builtin:arith-gpt-init` (rlgraph/models/build_arith_init.py): arith-gpt untrained
+BUILTIN_MODELS["builtin:arith-gpt-init"] = BUILTIN_MODELS["builtin:arith-gpt"]
 # `builtin:arith-tool-gpt` (rlgraph/models/build_arith_tool_gpt.py): arith-gpt's shape, 4 tool-call tags more
 BUILTIN_MODELS["builtin:arith-tool-gpt"] = {**BUILTIN_MODELS["builtin:arith-gpt"], "vocab_size": 54}
 
@@ -200,11 +203,13 @@ def count_params(config: dict) -> int | None:
     return layers * per_layer + mlp + embeddings + hidden  # + final norm
 
 
-def _read_config(path: str, base: Path) -> tuple[dict, str] | None:
+def _read_config(path: str, base: Path, depth: int = 0) -> tuple[dict, str] | None:
     if path in BUILTIN_MODELS:
         return BUILTIN_MODELS[path], "builtin"
     if path.startswith("builtin:"):
         return None
+    if is_stage(path):  # the stage's run's actor, or before it ran, the model its spec starts from
+        return _stage_config(path, base, depth)
     for folder in (Path(path), base / path):
         file = folder / "config.json"
         try:
@@ -213,6 +218,19 @@ def _read_config(path: str, base: Path) -> tuple[dict, str] | None:
         except (OSError, ValueError):
             return None
     return None
+
+
+def _stage_config(path: str, base: Path, depth: int) -> tuple[dict, str] | None:
+    from rlgraph.contract.stages import StageError, stage_model_folder
+    from rlgraph.spec.stages import stage_actor_model, stage_program
+
+    try:
+        return _read_config(str(stage_model_folder(path)), base, depth + 1)
+    except StageError:  # not run yet
+        pass
+    program = stage_program(path, base) if depth < 8 else None  # a chain of stages, not a loop of them
+    start = stage_actor_model(program) if program is not None else None
+    return _read_config(start[0], start[1], depth + 1) if start is not None else None
 
 
 def model_shape(model: Decl, base: Path) -> ModelShape:

@@ -152,7 +152,9 @@ class RunConsole:
 # (label, metrics.jsonl key, format) of a step line, in order; a key the step has not is left out
 STEP_LINE = (
     ("reward", "critic/score/mean", ".3f"),
+    ("sft_loss", "actor/sft_loss", ".3f"),
     ("val", "val/score/mean", ".3f"),
+    ("val_loss", "val/sft_loss", ".3f"),
     ("kl", "actor/kl_loss", ".4g"),
     ("reward_kl", "actor/reward_kl_penalty", ".4g"),
     ("entropy", "actor/entropy", ".3f"),

@@ -37,12 +37,13 @@ from rlgraph.plan.model import CallPlan, Plan, Stage
 from rlgraph.runtime.errors import ProcessDiedError, RunError, WorkerError
 from rlgraph.runtime.group import Pending, StageBatch
 from rlgraph.runtime.lowering import Lowered
-from rlgraph.runtime.metrics import batch_metrics, timing_name
+from rlgraph.runtime.metrics import batch_metrics, timing_name  # noqa: F401 (re-exported)
 from rlgraph.algos.shaping import group_keep_mask
-from rlgraph.contract.rollouts import filter_call, generate_calls
+from rlgraph.contract.methods import TRAINING_METHODS
+from rlgraph.contract.rollouts import DEMOS, filter_call, generate_calls, sft_call
 from rlgraph.runtime.step import (SEMANTIC_PORTS, StepResult, add_time, derive_seed, generate_stream,  # noqa: F401
-                                  record_driver_call, role_entry, staleness_metrics, step_arguments, step_samples,
-                                  wants_samples)
+                                  record_driver_call, role_entry, rollout_metrics, staleness_metrics, step_arguments,
+                                  step_fields, step_samples, wants_samples)
 from rlgraph.workers import Rollout
 from rlgraph.runtime.roles import WorkerSpec, generate_call
 from rlgraph.runtime.transforms import DriverCalls
@@ -181,11 +182,13 @@ class StepDriver:
         self.driver_calls = driver_calls
         self.seed = plan.train.seed
         generate = generate_call(plan)
-        if generate is None:
+        self.supervised = generate is None and sft_call(plan.calls) is not None  # `demos -> actor.sft`
+        if generate is None and not self.supervised:
             raise ValueError("the step has no `generate` call")
-        self.generate = generate  # the trained rollout's: what every other role call reads
+        self.generate = generate  # the trained rollout's: what every other role call reads (None: SFT)
         self.generates = generate_calls(plan.calls)  # all of them, launched together (they need only prompts)
-        self.responses_field = generate.outputs[0][1]
+        # the Rollout every role call reads: the trained generate's, or the data's demonstrations
+        self.responses_field = DEMOS if self.supervised else generate.outputs[0][1]
         self.filter = filter_call(plan.calls)
         if self.filter is not None and (plan.train.staleness or len(self.generates) > 1):
             raise RunError("filter_groups refills only a synchronous step (train.staleness = 0) with one generate "
@@ -289,7 +292,8 @@ class StepDriver:
     def launch(self, step: int, prompts: list[dict[str, Any]]) -> InFlight:
         """Start the step's generation with the weights the rollouts hold now (the syncs started so far go
         first: a process runs its calls in the order they were sent). Returns at once."""
-        flight = InFlight(step, prompts, self.rollout_version, Fields({"prompts": prompts}, self.lowered.actor_names))
+        flight = InFlight(step, prompts, self.rollout_version, Fields(step_fields(prompts, self.supervised),
+                                                                      self.lowered.actor_names))
         flight.syncs, self.sync_refs = self.sync_refs, []
         if self.local is None:
             self.wake()
@@ -333,9 +337,7 @@ class StepDriver:
             for port, name in call.outputs if call.kind == "role" else ():  # fetched if no driver call did
                 if port in SEMANTIC_PORTS and port not in fields.semantic:
                     fields.semantic[port] = fields.local(name)
-        result.metrics.update(batch_metrics(rollout, fields.semantic))
-        result.metrics.update(staleness_metrics(rollout, step))
-        result.metrics["perf/total_num_tokens"] = int(rollout.attention_mask.sum())
+        result.metrics.update(rollout_metrics(rollout, fields.semantic, step, self.supervised))
         if wants_samples(self.plan, step):
             result.samples = step_samples(rollout, fields.semantic, step, self.seed)
         return result
@@ -361,7 +363,7 @@ class StepDriver:
             for call, pending in launched:
                 add_time(result.timing, timing_name(call), pending.seconds())
                 value = pending.result()
-                if call.method == "update":
+                if call.method in TRAINING_METHODS:
                     result.metrics.update(ray.get(value) if isinstance(value, ray.ObjectRef) else value)
                 for port, name in call.outputs:
                     if call.method == "generate" and port == "log_prob":

@@ -94,6 +94,22 @@ def validation_metrics(one: torch.Tensor, sampled: torch.Tensor | None, prefix: 
     return metrics
 
 
+def demonstration_nll(log_probs: Sequence[torch.Tensor], rollouts: Sequence[Rollout]) -> float:
+    """The mean negative log-likelihood of every response token (and EOS) of the demonstrations, over all of
+    them (verl's SFT validation loss): `log_probs[i]` (rows, R) of `rollouts[i]`, masked by its loss mask."""
+    total = sum(float(-(lp * r.loss_mask).sum()) for lp, r in zip(log_probs, rollouts))
+    tokens = sum(int(r.loss_mask.sum()) for r in rollouts)
+    return total / max(tokens, 1)
+
+
+def demonstration_answers(max_response_length: int) -> GenerateSettings:
+    """How a supervised run's validation answers, with no rollout role to take the settings from: greedily, one
+    answer per prompt, at most as many tokens as the longest demonstration it trains on (data.max_response_length,
+    EOS included), one turn."""
+    return GenerateSettings(n=1, temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_response_length,
+                            keep_log_probs=False, max_sequences=None, env=None)
+
+
 def pass_at_k(scores: Sequence[Sequence[float]], k: int, pass_score: float) -> float:
     """The mean over prompts of the chance that k of a prompt's n answers (`scores[prompt]`, n >= k) drawn
     without replacement hold one that scores at least `pass_score`: 1 - C(n - c, k) / C(n, k), c passing."""

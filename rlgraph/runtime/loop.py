@@ -31,8 +31,9 @@ from rlgraph.runtime import checkpoint as ckpt
 from rlgraph.runtime.console import RunConsole
 from rlgraph.runtime.driver import InFlight, StepDriver, ray_errors
 from rlgraph.runtime.errors import RunError
-from rlgraph.runtime.evaluate import (validation_batches, validation_metrics, validation_reward,  # noqa: F401
-                                      validation_sampling, validation_scores, validation_seed)
+from rlgraph.runtime.evaluate import (demonstration_answers, demonstration_nll, validation_batches,  # noqa: F401
+                                      validation_metrics, validation_reward, validation_sampling, validation_scores,
+                                      validation_seed)
 from rlgraph.runtime.lowering import Lowered
 from rlgraph.runtime.metrics import MetricsWriter, cut_jsonl, episode_metrics, plot_curves
 from rlgraph.runtime.preflight import Prepared
@@ -102,8 +103,9 @@ class Trainer:
                                       shuffle=plan.data.shuffle)
         self.step = 0
         self.resumed = False
-        # validation generates through the rollout role's engine, as the step does
-        self.rollout_role = generate_call(plan).target
+        # validation generates through the rollout role's engine, as the step does (SFT: with the actor's module)
+        generate = generate_call(plan)
+        self.rollout_role = generate.target if generate is not None else None
         self.val_reward_name = validation_reward(plan)
         self.val_reward = prepared.rewards[self.val_reward_name] if self.val_reward_name else None
         self.n_devices = sum(p.nodes * p.devices_per_node for p in plan.pools
@@ -251,6 +253,8 @@ class Trainer:
         """val/score/mean: one answer per prompt (greedy, unless the rollout's `val { temperature }` with n = 1
         samples it), scored by the step's reward; with n > 1 (`val { n }` or train.val_samples) also
         val/score/mean@n and best@n of n answers per prompt sampled at the validation temperature."""
+        if self.driver.supervised and self.prepared.val is not None:
+            return self.validate_demonstrations(step)
         if self.prepared.val is None or self.val_reward is None:
             return {}
         items = list(self.prepared.val)
@@ -282,6 +286,34 @@ class Trainer:
         metrics = validation_metrics(scores, sampled_scores)
         if greedy_rollouts and greedy_rollouts[0].episodes is not None:  # how the greedy answers used the tools
             metrics |= episode_metrics(Rollout.concat(greedy_rollouts), prefix="val/")
+        return metrics
+
+    def validate_demonstrations(self, step: int) -> dict[str, float]:
+        """A supervised run's validation, with the trained model itself: val/sft_loss, the NLL of the validation
+        demonstrations' responses (verl's SFT trainer's val loss); with a rule reward declared, val/score/mean,
+        the reward of its greedy answers to their prompts (what the RL stage after it starts from)."""
+        from rlgraph.contract.rollouts import sft_call
+        from rlgraph.contract.settings import LogProbSettings
+        from rlgraph.workers.batch import demonstration_rollout
+
+        sft = sft_call(self.plan.calls)
+        group = self.lowered.groups[sft.target]  # dispatch `one`: rank 0 scores and answers for validation
+        batches = validation_batches(list(self.prepared.val), self.plan.data.val_batch_size)
+        demos = [demonstration_rollout(batch) for _, batch in batches]
+        scoring = LogProbSettings(temperature=1.0, micro_batch=sft.settings.micro_batch,
+                                  micro_batch_tokens=sft.settings.micro_batch_tokens)
+        log_probs = [group.one("log_prob", rollout, settings=scoring).result() for rollout in demos]
+        answers = demonstration_answers(self.plan.data.max_response_length)
+        # scored only where every row has a ground truth (demonstrations need none)
+        scored = self.val_reward is not None and all(item["ground_truth"] is not None for item in self.prepared.val)
+        greedy = [group.one("generate", batch, settings=answers, seed=0).result() for _, batch in batches] if scored else []
+        with ray_errors(self.lowered.actor_names):
+            metrics = {"val/sft_loss": demonstration_nll(ray.get(log_probs), demos)}
+            greedy_rollouts = ray.get(greedy)
+        if greedy_rollouts:
+            scores = validation_scores(self.val_reward_name, self.val_reward, greedy_rollouts,
+                                       f"validation at step {step}")  # (prompts, 1)
+            metrics |= validation_metrics(scores, None)
         return metrics
 
     # --- checkpoints ---
@@ -360,6 +392,8 @@ class Trainer:
         rows = [
             ("val accuracy (val/score/mean)", fmt(result.val_start), fmt(result.val_end)),
             ("reward (critic/score/mean)", fmt(_first(records, "critic/score/mean")), fmt(_last(records, "critic/score/mean"))),
+            *[(label, fmt(_first(records, key)), fmt(_last(records, key))) for label, key in SUPERVISED_ROWS
+              if _first(records, key) is not None],
             ("steps", str(result.start_step), str(result.steps)),
             ("wall time", "", f"{result.wall_time_s:.1f} s"),
         ]
@@ -373,6 +407,8 @@ class Trainer:
 
 
 SAMPLES_FILE = "samples.jsonl"
+# a supervised run's rows of the summary table, when its records have them
+SUPERVISED_ROWS = (("val loss (val/sft_loss)", "val/sft_loss"), ("train loss (actor/sft_loss)", "actor/sft_loss"))
 
 
 def write_samples(path: Path, samples: list[dict[str, Any]]) -> None:

@@ -17,6 +17,7 @@ from rlgraph.plan.model import Plan
 from rlgraph.runtime.errors import PreflightError
 from rlgraph.runtime.import_probe import probe_user_code
 from rlgraph.contract.methods import WORKERS
+from rlgraph.contract.rollouts import reads_demonstrations, sft_call
 from rlgraph.runtime.roles import ALIAS, generate_call, worker_specs
 
 # Any one of these makes a folder's tokenizer loadable (tokenizer_config.json alone names a class whose
@@ -70,7 +71,7 @@ def prepare(plan: Plan, checked: Checked) -> Prepared:
     _check_judge_parsers(plan)
     tokenizer = _tokenizer(plan, checked.model_paths)
     tools = _check_envs(plan, tokenizer)
-    notes: list[str] = []
+    notes = _stage_notes(plan, checked.model_paths)
     train = _dataset(plan, "train", checked.rows["train"], tokenizer, notes, tools)
     val = _dataset(plan, "val", checked.rows["val"], tokenizer, notes, tools) if "val" in checked.rows else None
     batch_size = plan.data.batch_size
@@ -93,8 +94,9 @@ def _check_supported(plan: Plan, starting_locally: bool) -> None:
         if role.kind not in WORKERS:
             raise PreflightError(f"role `{role.name}` is a {role.kind}; this runtime runs {', '.join(WORKERS)} roles.")
     generates = [c for c in plan.calls if c.kind == "role" and c.method == "generate"]
-    if not generates:
-        raise PreflightError("the step never generates: it has no `generate` call")
+    if not generates and sft_call(plan.calls) is None:
+        raise PreflightError("the step never generates: it has no `generate` call (nor trains on demonstrations, "
+                             "`demos -> actor.sft`)")
     # A plan.json is run without the compiler's checks: the engine's own capabilities decide.
     from rlgraph.contract.engines import ENGINES, max_tp_on
 
@@ -140,6 +142,16 @@ def _check_loggers(plan: Plan) -> None:
     problems = missing_packages(plan.train.loggers)
     if problems:
         raise PreflightError("; ".join(problems))
+
+
+def _stage_notes(plan: Plan, model_paths: dict[str, str]) -> list[str]:
+    """Which checkpoint each stage path (`run:...`) resolved to: the newest when the run started, so a resume
+    after the earlier stage trained on starts its frozen roles from that newer one."""
+    from rlgraph.contract.stages import is_stage
+
+    stages = {(path, model_paths[role.name]) for role in plan.roles
+              if role.name in model_paths and is_stage(path := _model_path_of(plan, role.name) or "")}
+    return [f"{path} is {folder} (the newest checkpoint of that run)" for path, folder in sorted(stages)]
 
 
 def _model_path_of(plan: Plan, role_name: str) -> str | None:
@@ -298,9 +310,11 @@ def round_trip_warnings(tokenizer: Any, rows: list[dict[str, Any]], split: str,
         prompt = row["prompt"]
         texts = [("prompt", prompt)] if isinstance(prompt, str) else [
             (f"prompt message {i}", message["content"]) for i, message in enumerate(prompt)]  # 0-based, as data errors
-        truth = row["reward_model"]["ground_truth"]
+        truth = (row.get("reward_model") or {}).get("ground_truth")  # a demonstration may have none
         if isinstance(truth, (str, int, float)) and not isinstance(truth, bool):
             texts.append(("ground truth", str(truth)))
+        if isinstance(row.get("response"), str):  # SFT's answer to imitate, decoded as a response is
+            texts.append(("ground truth", row["response"]))
         for what, text in texts:
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             decoded = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens and what == "ground truth")
@@ -343,7 +357,8 @@ def _rows(plan: Plan, split: str) -> list[dict[str, Any]]:
     from rlgraph.data import DataError, load_files
 
     try:
-        return load_files(getattr(plan.data, split))  # every file, one after the other; an error names its file and row
+        # every file, one after the other; an error names its file and row (SFT: a row without its response too)
+        return load_files(getattr(plan.data, split), demonstrations=reads_demonstrations(plan.calls))
     except DataError as err:
         raise PreflightError(f"data.{split}: {err}") from None
 
@@ -354,10 +369,19 @@ def _dataset(plan: Plan, split: str, rows: list[dict[str, Any]], tokenizer: Any,
 
     name = ", ".join(getattr(plan.data, split))
     max_len = plan.data.max_prompt_length
-    dataset = RLDataset(rows, tokenizer, max_prompt_length=max_len, tools=tools)
+    demos = reads_demonstrations(plan.calls)
+    try:
+        dataset = RLDataset(rows, tokenizer, max_prompt_length=max_len, tools=tools, demonstrations=demos,
+                            max_response_length=plan.data.max_response_length if demos else None)
+    except ValueError as err:  # a tokenizer without the EOS that ends each demonstration
+        raise PreflightError(f"data.{split}: {err}") from None
+    limits = f"max_prompt_length = {max_len}" + (
+        f" or whose response (with EOS) is longer than max_response_length = {plan.data.max_response_length}"
+        if demos else "")
+    noun = "demonstrations" if demos else "prompts"
     if dataset.num_filtered:
-        notes.append(f"data.{split}: {dataset.num_filtered} of {len(rows)} prompts are longer than "
-                     f"max_prompt_length = {max_len} tokens and were left out")
+        notes.append(f"data.{split}: {dataset.num_filtered} of {len(rows)} {noun} are longer than {limits} tokens "
+                     "and were left out")
     if len(dataset) == 0:
-        raise PreflightError(f"data.{split} ({name}): every prompt is longer than max_prompt_length = {max_len} tokens")
+        raise PreflightError(f"data.{split} ({name}): every {noun[:-1]} is longer than {limits} tokens")
     return dataset

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from rlgraph.contract.methods import RoleMethod, role_method
-from rlgraph.contract.rollouts import filter_call, trained_generate
+from rlgraph.contract.methods import TRAINING_METHODS, RoleMethod, role_method
+from rlgraph.contract.rollouts import DEMOS, filter_call, sft_call, trained_generate
 from rlgraph.plan.model import CallPlan, Plan
 from rlgraph.runtime.metrics import batch_metrics, timing_name
 
@@ -84,6 +84,18 @@ def episode_outcome(episode: Any) -> str:
     return "tool called" if episode.tool_calls else "no tool call"
 
 
+def rollout_metrics(rollout: Any, semantic: dict[str, Any], step: int, supervised: bool) -> dict[str, float]:
+    """The step's batch metrics (`batch_metrics`), how stale its samples are, and its tokens. Demonstrations
+    (`supervised`) were sampled by no policy, and no response of theirs was cut at a generation limit."""
+    metrics = batch_metrics(rollout, semantic)
+    if supervised:
+        metrics.pop("response_length/clip_ratio", None)
+    else:
+        metrics |= staleness_metrics(rollout, step)
+    metrics["perf/total_num_tokens"] = int(rollout.attention_mask.sum())
+    return metrics
+
+
 def staleness_metrics(rollout: Any, step: int) -> dict[str, float]:
     """How many updates the weights that sampled step `step`'s rows lag behind those it trains (0: synchronous)."""
     lag = (step - 1 - rollout.policy_version).float()
@@ -137,6 +149,14 @@ def record_driver_call(call: CallPlan, inputs: dict[str, Any], outputs: dict[str
     return {}
 
 
+def step_fields(prompts: list[dict[str, Any]], supervised: bool) -> dict[str, Any]:
+    """A step's fields from the data: its rows as `prompts`, and for SFT the same rows as the Rollout of
+    demonstrations (`demos`) the supervised call trains on."""
+    from rlgraph.workers.batch import demonstration_rollout
+
+    return {"prompts": prompts, DEMOS: demonstration_rollout(prompts)} if supervised else {"prompts": prompts}
+
+
 def role_entry(call: CallPlan) -> RoleMethod:
     entry = role_method(call.role_kind, call.method)
     if entry is None:
@@ -153,8 +173,10 @@ class StepResult:
 
 
 def wants_samples(plan: Plan, step: int) -> bool:
+    """Whether step `step` writes samples.jsonl rows: every train.samples_every steps of a step that generates
+    (an SFT step's rows are the data's own demonstrations, not answers of the model)."""
     every = plan.train.samples_every if plan.train is not None else 0
-    return bool(every) and step % every == 0
+    return bool(every) and step % every == 0 and trained_generate(plan.calls) is not None
 
 
 def add_time(timing: dict[str, float], name: str, seconds: float) -> None:
@@ -176,14 +198,16 @@ class LocalStep:
         self.trained = trained_generate(plan.calls)  # the rollout every other role call reads
         if filter_call(plan.calls) is not None:
             raise ValueError("a step with filter_groups draws more prompts while it runs: the driver runs it")
-        self.responses = self.trained.outputs[0][1]
+        # SFT (no generate): the role calls read the data's demonstrations
+        self.supervised = self.trained is None and sft_call(plan.calls) is not None
+        self.responses = DEMOS if self.supervised else self.trained.outputs[0][1]
         self.stages = [[plan.call(call_id) for call_id in stage.calls] for stage in plan.schedule]
 
     def run(self, step: int, prompts: list[dict[str, Any]], kl_state: dict[str, float]) -> tuple[StepResult, dict]:
         """One step; the adaptive KL coefficients come in and go out, so the driver keeps owning them."""
         self.driver_calls.load_state_dict(kl_state)
         result = StepResult()
-        values: dict[str, Any] = {"prompts": prompts}
+        values: dict[str, Any] = step_fields(prompts, self.supervised)
         semantic: dict[str, Any] = {}
         for calls in self.stages:
             stage_start = time.perf_counter()
@@ -194,9 +218,7 @@ class LocalStep:
                     self._driver(call, step, values, result, semantic)
             result.stages.append(time.perf_counter() - stage_start)
         rollout = values[self.responses]
-        result.metrics.update(batch_metrics(rollout, semantic))
-        result.metrics.update(staleness_metrics(rollout, step))
-        result.metrics["perf/total_num_tokens"] = int(rollout.attention_mask.sum())
+        result.metrics.update(rollout_metrics(rollout, semantic, step, self.supervised))
         if wants_samples(self.plan, step):
             result.samples = step_samples(rollout, semantic, step, self.seed)
         return result, self.driver_calls.state_dict()
@@ -218,7 +240,7 @@ class LocalStep:
         if awake:
             self.call(call.target, "release_memory")
         add_time(result.timing, timing_name(call), seconds)
-        if call.method == "update":
+        if call.method in TRAINING_METHODS:
             result.metrics.update(value)
         for port, name in call.outputs:
             # generate's second output is the log-probs it kept, inside the rollout

@@ -406,7 +406,9 @@ LOGGERS = ("console", "tensorboard", "wandb", "mlflow")  # rlgraph/runtime/logge
 
 BLOCKS: dict[str, BlockSchema] = {
     "model": BlockSchema("a model: weights on disk or built in", keys={
-        "path": Key(Str(), "a local folder, or `builtin:arith-gpt`", required=True),
+        "path": Key(Str(), "a local folder, `builtin:arith-gpt`, or the trained actor of an earlier stage's run: "
+                    "`run:sft_arith.rl` (that spec's run, runs/sft_arith) or `run:DIR` (a run directory)",
+                    required=True),
         "params": Key(Count(), "parameter count, for the memory estimate when config.json is absent"),
         "layers": Key(Int(min=1), "transformer layers (for the KV-cache estimate)"),
         "hidden": Key(Int(min=1), "hidden size"),

@@ -5,6 +5,10 @@ followed by the tokenizer's EOS. The 10,000 pairs are split once, by a seeded pe
 validation split of 500 pairs and a training split of the other 9,500, so the two never overlap and
 every machine makes the same split.
 
+Two more splits are demonstrations for supervised fine-tuning (`demos -> actor.sft`), rows with the right
+answer as their `response` (verl's SFT schema) beside the same ground truth: `sft`, the first 500 pairs of the
+training split (a few hundred demonstrations, as a user has before RL), and `sft_val`, the validation pairs.
+
 Rows follow verl's dataset schema (see /work/shared/REFERENCE.md); the builtin uses a plain-string
 prompt, since the built-in model has no chat template.
 """
@@ -15,8 +19,10 @@ import random
 from typing import Any
 
 DATA_SOURCE = "rlgraph/arith"
-SPLITS = ("train", "val")
+SPLITS = ("train", "val", "sft", "sft_val")
+DEMONSTRATION_SPLITS = {"sft": "train", "sft_val": "val"}  # split -> the split whose pairs it answers
 NUM_VAL = 500
+NUM_SFT = 500  # demonstrations in `sft`: enough for a start, far fewer than the 9,500 RL prompts
 SPLIT_SEED = 20240611  # changing this changes every split: bump DATA_VERSION with it
 DATA_VERSION = 1  # part of the cache file name; bump whenever the rows this module makes change
 
@@ -33,19 +39,25 @@ def answer_text(a: int, b: int) -> str:
 
 def split_pairs(split: str) -> list[tuple[int, int]]:
     """The (a, b) pairs of one split, in a fixed shuffled order."""
-    return seeded_split([(a, b) for a in range(100) for b in range(100)], split, SPLIT_SEED, NUM_VAL, "builtin:arith")
+    pairs = seeded_split([(a, b) for a in range(100) for b in range(100)], DEMONSTRATION_SPLITS.get(split, split),
+                         SPLIT_SEED, NUM_VAL, "builtin:arith")
+    return pairs[:NUM_SFT] if split == "sft" else pairs
 
 
 def make_rows(split: str) -> list[dict[str, Any]]:
-    """The rows of one split in verl's schema, ``extra_info.index`` numbering them from 0."""
-    return pair_rows(split_pairs(split), split, DATA_SOURCE, prompt_text, answer_text)
+    """The rows of one split in verl's schema, ``extra_info.index`` numbering them from 0; a demonstration
+    split's with their answer as `response`."""
+    rows = pair_rows(split_pairs(split), split, DATA_SOURCE, prompt_text, answer_text)
+    if split in DEMONSTRATION_SPLITS:
+        rows = [row | {"response": row["reward_model"]["ground_truth"]} for row in rows]
+    return rows
 
 
 def seeded_split(pairs: list[tuple[int, int]], split: str, seed: int, num_val: int,
                  task: str) -> list[tuple[int, int]]:
     """`split` of `pairs` shuffled by `seed`: the first `num_val` are val, the rest train."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r} of {task}; expected one of {', '.join(SPLITS)}")
+    if split not in ("train", "val"):
+        raise ValueError(f"unknown split {split!r} of {task}; expected train or val")
     pairs = list(pairs)
     # random.Random(int).shuffle is stable across CPython versions and platforms.
     random.Random(seed).shuffle(pairs)

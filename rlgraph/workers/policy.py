@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 
 from rlgraph.contract.settings import (ActorSettings, ActorUpdateSettings, GenerateSettings, LogProbSettings,
-                                       RefSettings)
+                                       RefSettings, SftSettings)
 from rlgraph.workers import lora, offload
 from rlgraph.workers.activations import checkpoint_blocks
 from rlgraph.workers.batch import Rollout
@@ -26,7 +26,8 @@ from rlgraph.workers.rollout import generate_rollout
 
 
 class PolicyWorker:
-    """A causal LM that scores responses (`log_prob`), generates (`generate`) and, if trainable, learns (`update`)."""
+    """A causal LM that scores responses (`log_prob`), generates (`generate`) and, if trainable, learns (`update`
+    by a policy loss, `sft` on demonstrations)."""
 
     def __init__(self, model_path: str, settings: ActorSettings | RefSettings, *, seed: int,
                  device: str | torch.device | None = None) -> None:
@@ -156,7 +157,6 @@ class PolicyWorker:
         `settings.tis` token | sequence: each token's policy loss is scaled by the truncated importance
         weight between `old_log_prob` and those kept log-probs (rlgraph/algos/rollout_is.py)."""
         from rlgraph.algos import AGG_MODES, KL_KINDS, agg_loss, get_policy_loss, kl_penalty, rollout_is_weights
-        from rlgraph.algos.core import agg_weight
         from rlgraph.workers.user_functions import load_user_function, loss_result
 
         if settings.loss_agg not in AGG_MODES:
@@ -190,7 +190,6 @@ class PolicyWorker:
                                                           rollout.loss_mask, settings.tis, settings.tis_cap)
 
         cut = bool(settings.micro_batch_tokens)
-        packed = self.settings.remove_padding
 
         def micro_batch_loss(rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             logits, tokens, unpack = self._pass(rollout, rows, cut=cut)
@@ -224,6 +223,39 @@ class PolicyWorker:
                 metrics["actor/kl_loss"] = kl_loss.item()
             return loss, metrics
 
+        return self._train(rollout, micro_batch_loss, settings, shuffle_seed, shuffle) | tis_metrics
+
+    def sft(self, demos: Rollout, *, settings: SftSettings, shuffle_seed: int | None = None,
+            shuffle: bool = True) -> dict[str, float]:
+        """One supervised step on demonstrations (`demonstration_rollout`: each prompt with its response): the
+        negative log-likelihood of the response tokens, `settings.loss_agg` over `demos.loss_mask`, so the prompt
+        tokens are context and never a target. The same mini-batches, micro-batches, token budgets, clipping,
+        optimizer and LoRA as `update`."""
+        from rlgraph.algos import AGG_MODES, agg_loss
+
+        if settings.loss_agg not in AGG_MODES:
+            raise ValueError(f"unknown loss_agg {settings.loss_agg!r}; expected one of {', '.join(AGG_MODES)}")
+        if self.optim is None:
+            raise RuntimeError("a PolicyWorker built with RefSettings (a reference policy) cannot train")
+        demos = demos.to(self.device)
+        cut = bool(settings.micro_batch_tokens)
+
+        def micro_batch_loss(rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            logits, tokens, unpack = self._pass(demos, rows, cut=cut)
+            log_prob, _ = token_log_probs(logits, tokens)  # (micro or 1, r): the likelihood at temperature 1
+            log_prob = unpack(log_prob)  # (micro, R)
+            nll = agg_loss(-log_prob, demos.loss_mask[rows], settings.loss_agg)
+            return nll, {"actor/sft_loss": nll.item()}
+
+        return self._train(demos, micro_batch_loss, settings, shuffle_seed, shuffle)
+
+    def _train(self, rollout: Rollout, micro_batch_loss: Callable[[torch.Tensor], tuple[torch.Tensor, dict]],
+               settings: ActorUpdateSettings | SftSettings, shuffle_seed: int | None, shuffle: bool) -> dict[str, float]:
+        """`settings.epochs` passes of optimizer steps over shuffled mini-batches of `rollout`, each mini-batch's
+        gradient accumulated over its micro-batches (`micro_batch` rows or `micro_batch_tokens` tokens) with the
+        weights that make it the whole mini-batch's `loss_agg`; the metrics as verl names them."""
+        from rlgraph.algos.core import agg_weight
+
         with lora.adapter_dropout(self.module) if self.peft is not None else contextlib.nullcontext():
             metrics = self.optim.run_epochs(
                 len(rollout),
@@ -233,13 +265,14 @@ class PolicyWorker:
                 micro_batch_size=settings.micro_batch,
                 generator=shuffle_generator(shuffle_seed, self.shuffle_generator, shuffle),
                 split=lambda mini: split_rows(rollout, mini, settings.micro_batch, settings.micro_batch_tokens,
-                                              packed=packed),
-                weight=lambda micro, mini: agg_weight(rollout.loss_mask[micro], rollout.loss_mask[mini], agg),
+                                              packed=self.settings.remove_padding),
+                weight=lambda micro, mini: agg_weight(rollout.loss_mask[micro], rollout.loss_mask[mini],
+                                                      settings.loss_agg),
             )
         metrics["actor/grad_norm"] = metrics.pop("grad_norm")
         metrics["actor/lr"] = metrics.pop("lr")
         metrics["actor/skipped_update_frac"] = metrics.pop("skipped_update_frac")
-        return metrics | tis_metrics
+        return metrics
 
     # --- rollout (hybrid engine: samples from this worker's own weights) ---
 

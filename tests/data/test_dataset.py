@@ -73,3 +73,15 @@ def test_overlong_prompts_are_filtered_and_counted(char_tokenizer):
     assert [item["prompt_text"] for item in dataset] == ["1+1=", "12+1="]
     assert [item["index"] for item in dataset] == [0, 2]  # rows keep their place in the file
     assert RLDataset(rows, char_tokenizer).num_filtered == 0
+
+
+def test_demonstrations_end_with_eos_and_overlong_responses_are_filtered(char_tokenizer):
+    rows = arith.make_rows("sft")[:4] + [{**row("1+1="), "response": "12345678"}]
+    dataset = RLDataset(rows, char_tokenizer, max_prompt_length=16, demonstrations=True, max_response_length=4)
+    assert len(dataset) == 4 and dataset.num_filtered == 1  # 8 digits + EOS > 4 tokens
+    item = dataset[0]
+    answer = rows[0]["response"]
+    assert item["response_ids"] == char_tokenizer(answer, add_special_tokens=False)["input_ids"] + [
+        char_tokenizer.eos_token_id]
+    assert item["response_text"] == answer and item["ground_truth"] == answer
+    assert item["pad_token_id"] == char_tokenizer.pad_token_id

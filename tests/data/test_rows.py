@@ -109,3 +109,45 @@ def test_several_files_are_read_in_order_and_a_bad_row_names_its_own_file(tmp_pa
         load_files([str(first), str(second)])
     assert (bad.value.file, bad.value.row) == (str(second), 2)
     assert str(bad.value).startswith(f"{second}:2: ")
+
+
+# --- demonstrations (SFT rows): a response to imitate, in either of verl's SFT schemas ---
+
+DEMO = {"prompt": "1+1=", "response": "2"}
+
+
+def test_demonstrations_load_from_response_columns_and_from_conversations(tmp_path):
+    conversation = {"messages": [{"role": "system", "content": "add"}, {"role": "user", "content": "2+2="},
+                                 {"role": "assistant", "content": "4"}]}
+    rows = load_rows(write_jsonl(tmp_path / "sft.jsonl", [DEMO, conversation]), demonstrations=True)
+    assert rows[0]["prompt"] == "1+1=" and rows[0]["response"] == "2"  # no ground truth needed
+    assert rows[1]["prompt"] == conversation["messages"][:-1]  # the conversation before the answer
+    assert rows[1]["response"] == "4"
+
+
+@pytest.mark.parametrize(
+    "bad, problem",
+    [
+        ({"prompt": "1+1="}, 'no "response" field'),
+        ({**DEMO, "response": ""}, '"response" is an empty string'),
+        ({**DEMO, "response": 2}, '"response" is a number'),
+        ({"messages": [{"role": "user", "content": "1+1="}]}, "at least 2 messages"),
+        ({"messages": [{"role": "assistant", "content": "2"}, {"role": "user", "content": "1+1="}]},
+         "not an assistant message"),
+    ],
+)
+def test_a_bad_demonstration_names_file_row_problem_and_fix(tmp_path, bad, problem):
+    path = write_jsonl(tmp_path / "sft.jsonl", [DEMO, DEMO, bad])  # the bad row is on line 3
+    with pytest.raises(DataError) as info:
+        load_rows(path, demonstrations=True)
+    message = str(info.value)
+    assert message.startswith(f"{path}:3: ") and problem in message
+    assert '"response"' in message and "messages" in message  # the hint shows both schemas
+    assert info.value.row == 3
+
+
+def test_a_parquet_demonstration_without_a_response_names_its_row(tmp_path):
+    path = tmp_path / "sft.parquet"
+    pq.write_table(pa.Table.from_pylist([DEMO, {"prompt": "2+2=", "response": None}]), path)
+    with pytest.raises(DataError, match=r'sft\.parquet.*row 2.*no "response" field'):
+        load_rows(path, demonstrations=True)

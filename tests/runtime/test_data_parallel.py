@@ -164,3 +164,29 @@ def test_fsdp_two_replicas_shard_and_make_the_same_ppo_update_as_one(ray_session
                                s2["actor"]["model.embed_tokens.weight"])
     optim = torch.load(tmp_path / "actor_optim.pt", weights_only=True)
     assert optim["full"] and optim["optimizer"]["state"]  # the whole AdamW state, keyed by parameter name
+
+
+def sft_plan(replicas: int):
+    return plan_from_spec(SPECS / "sft_arith.rl", f"main.devices_per_node={replicas}", f"actor.replicas={replicas}",
+                          f"data.batch_size={BATCH}", "actor.optim.warmup_steps=0")
+
+
+def test_two_replicas_make_the_same_sft_step_as_one(ray_session):
+    from rlgraph.workers.batch import demonstration_rollout
+
+    def sft(started: Started, demos):
+        settings = dataclasses.replace(started.plan.call("actor.sft").settings, epochs=2, mini_batch_size=None,
+                                       micro_batch=None, loss_agg="seq-mean-token-mean")  # see update_settings
+        group = started.lowered.groups["actor"]
+        metrics = _value(group.call("sft", demos, settings=settings, shuffle=False).result())
+        return metrics, [ray.get(m.handle.call.remote("actor", "state_dict"))[0] for m in group.members]
+
+    with Started(sft_plan(1)) as single, Started(sft_plan(2)) as double:
+        demos = demonstration_rollout([single.prepared.train[i] for i in range(BATCH)])  # one global batch
+        m1, (one,) = sft(single, demos)
+        m2, (rank0, rank1) = sft(double, demos)
+    for name in ("actor/sft_loss", "actor/grad_norm"):
+        assert m2[name] == pytest.approx(m1[name], rel=1e-4, abs=1e-6), name
+    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)  # the replicas agree bit for bit
+    for k in one:
+        torch.testing.assert_close(rank0[k], one[k], **FP32_AFTER_UPDATE, msg=f"actor.{k}")

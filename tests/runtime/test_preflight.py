@@ -103,3 +103,17 @@ def test_a_judges_engine_that_is_not_installed_is_refused_as_a_rollouts_is():
     plan = plan_from_spec(JUDGE, "judging.device=gpu", "judge.engine=sglang")
     with pytest.raises(PreflightError, match=r"^role `judge`: engine = sglang needs the sglang package"):
         preflight(plan, starting_locally=False)
+
+
+def test_demonstrations_without_ground_truths_prepare_and_a_bad_one_names_its_row(tmp_path):
+    rows = tmp_path / "sft.jsonl"
+    rows.write_text('{"prompt": "1+1=", "response": "2"}\n'
+                    '{"messages": [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}]}\n' * 40)
+    plan = plan_from_spec(SPECS / "sft_arith.rl", f'data.train="{rows}"', f'data.val="{rows}"')
+    prepared = preflight(plan, starting_locally=False)
+    assert len(prepared.train) == 80 and prepared.warnings == []
+    assert prepared.train[0]["response_ids"][-1] == prepared.tokenizer.eos_token_id
+    assert prepared.val[1]["ground_truth"] is None  # validation scores no row then: val/sft_loss alone
+    rows.write_text('{"prompt": "1+1=", "response": "2"}\n{"prompt": "2+2=", "answer": "4"}\n')
+    with pytest.raises(PreflightError, match=r'data.train: .*sft.jsonl:2: no "response" field'):
+        preflight(plan, starting_locally=False)

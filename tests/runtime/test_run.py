@@ -14,14 +14,18 @@ from .helpers import SPECS, fast, make_reward_model, read_metrics
 
 def cpu_specs(engine: str | None = None) -> list[str]:
     """The shipped specs whose pools are all CPUs; with `engine`, those with a rollout on that engine, else those
-    with none on vllm."""
+    with none on vllm. Not the two stages of SFT then GRPO (the second needs the first's run): test_sft.py runs them
+    as stages."""
     from rlgraph.compiler import compile_spec
+    from rlgraph.contract.stages import is_stage
     from rlgraph.plan import build_plan
 
     out = []
     for path in sorted(SPECS.glob("*_arith*.rl")):
         plan = build_plan(compile_spec(str(path)))
-        if plan.ok and all(p.device == "cpu" for p in plan.pools):
+        staged = any(is_stage(str(m.get("path", ""))) for m in plan.models.values())
+        supervised = not any(c.kind == "role" and c.method == "generate" for c in plan.calls)
+        if plan.ok and all(p.device == "cpu" for p in plan.pools) and not staged and not supervised:
             engines = {r.settings.engine for r in plan.roles if r.kind == "rollout"}
             if (engine in engines) if engine else "vllm" not in engines:
                 out.append(path.name)

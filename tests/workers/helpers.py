@@ -139,3 +139,19 @@ def update_settings(**overrides) -> s.ActorUpdateSettings:
 
 def critic_update_settings(**overrides) -> s.CriticUpdateSettings:
     return dataclasses.replace(_CRITIC_UPDATE, **overrides)
+
+
+_SFT = s.SftSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=None, micro_batch_tokens=None,
+                     loss_agg="token-mean")
+
+
+def sft_settings(**overrides) -> s.SftSettings:
+    """An actor's supervised step; `mini_batch_size` and `micro_batch` count demonstrations."""
+    return dataclasses.replace(_SFT, **overrides)
+
+
+def demonstration_items(prompts: list[str], responses: list[str], tokenizer) -> list[dict]:
+    """Dataset items of SFT rows (RLDataset with demonstrations): the response's tokens and EOS."""
+    return [item | {"response_ids": tokenizer(r, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id],
+                    "response_text": r, "pad_token_id": tokenizer.pad_token_id}
+            for item, r in zip(make_items(prompts, tokenizer, responses), responses)]

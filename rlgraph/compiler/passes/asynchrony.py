@@ -22,6 +22,10 @@ def asynchrony(program: Program, graph: StepGraph) -> list[Diagnostic]:
         return []
     staleness = train["staleness"]
     out: list[Diagnostic] = []
+    if not graph.generate_calls():  # SFT (`demos -> actor.sft`): no samples, so none can be stale
+        return [error("async-no-rollout", f"train.staleness = {staleness} lets a rollout generate ahead of the "
+                      "update, but the step generates nothing: it trains on the data's demonstrations",
+                      train.span_of("staleness"), "set `staleness = 0` (or leave it out)", label="nothing to overlap")]
     for call in graph.generate_calls():
         rollout = program.roles.get(call.target)
         if rollout is None:

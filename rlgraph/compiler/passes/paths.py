@@ -19,8 +19,11 @@ import re
 from pathlib import Path
 
 from rlgraph.compiler.graph import StepGraph
+from rlgraph.compiler.passes._common import written_inputs
+from rlgraph.contract.stages import is_stage, stage_spec
 from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.spec.program import Decl, Program
+from rlgraph.spec.stages import stage_actor_model, stage_program
 from rlgraph.spec.validate import did_you_mean
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # `Qwen/Qwen2-7B-Instruct`
@@ -34,10 +37,11 @@ def paths(program: Program, graph: StepGraph) -> list[Diagnostic]:
         if model.is_set("path"):
             out += _model(model, base)
     if program.data is not None:
+        demos = "demos" in written_inputs(program)  # SFT: the rows need responses (a built-in split says so)
         for key in ("train", "val"):
             if program.data.is_set(key):
                 for index, name in enumerate(program.data[key]):
-                    out += _data(program.data, key, index, name, base)
+                    out += _data(program.data, key, index, name, base, demos)
     return out
 
 
@@ -56,6 +60,8 @@ def _model(model: Decl, base: Path) -> list[Diagnostic]:
     span = model.span_of("path")
     if path.startswith("builtin:"):
         return []  # the built-in models are the memory estimate's check (`unknown-model`, with did-you-mean)
+    if is_stage(path):
+        return _stage(model, path, base)
     candidates = _candidates(path, base)
     folder = next((c for c in candidates if c.is_dir()), None)
     if folder is None:
@@ -89,6 +95,49 @@ def _model(model: Decl, base: Path) -> list[Diagnostic]:
     return []
 
 
+def _stage(model: Decl, path: str, base: Path) -> list[Diagnostic]:
+    """`run:SPEC.rl`: the spec of the stage before exists beside this one and trains an actor (its run need not
+    exist yet: `run` resolves it). `run:DIR`: a run directory, left to `run` like any absolute path."""
+    spec = stage_spec(path)
+    if spec is None:
+        return []
+    span = model.span_of("path")
+    found = stage_program(path, base)
+    if found is None:
+        model.mark_invalid("path")
+        return [error("model-path", f"model `{model.name}`: there is no spec `{spec}` to start from", span,
+                      f"looked in {_where(_candidates(spec, base))}; `run:FILE.rl` names the spec of the stage before "
+                      "this one (its run's trained actor is this model)", label="no such spec")]
+    if stage_actor_model(found) is None:
+        model.mark_invalid("path")
+        return [error("model-path", f"model `{model.name}`: `{spec}` trains no actor to start from", span,
+                      "name a spec with one `actor` role (e.g. an SFT spec, `demos -> actor.sft`)",
+                      label="no actor")]
+    errors = _stage_errors(found.path)
+    if errors:  # the stage before would not run, so this one has nothing to start from
+        return [error("model-path", f"model `{model.name}`: the stage before, `{spec}`, does not check clean "
+                      f"({errors} error{'s' * (errors != 1)})", span, f"`rlgraph check {found.path}` shows them",
+                      label="its stage has errors")]
+    return []
+
+
+_CHECKING: list[str] = []  # the stage specs being checked now: a stage that names itself (or a loop) ends here
+
+
+def _stage_errors(path: str) -> int:
+    """The errors `check` finds in the stage spec at `path` (0 for a loop of stages, reported where it closes)."""
+    from rlgraph.compiler import compile_spec
+
+    resolved = str(Path(path).resolve())
+    if resolved in _CHECKING:
+        return 0
+    _CHECKING.append(resolved)
+    try:
+        return sum(d.severity == "error" for d in compile_spec(path).diagnostics)
+    finally:
+        _CHECKING.pop()
+
+
 def _unreadable_json(file: Path) -> str | None:
     if not file.is_file():
         return "it is not there"
@@ -101,11 +150,11 @@ def _unreadable_json(file: Path) -> str | None:
     return None if isinstance(data, dict) else "not a JSON object"
 
 
-def _data(data: Decl, key: str, index: int, name: str, base: Path) -> list[Diagnostic]:
+def _data(data: Decl, key: str, index: int, name: str, base: Path, demos: bool) -> list[Diagnostic]:
     span = data.spans.get(f"{key}[{index}]", data.span_of(key))
     where = f"data.{key}"
     if name.startswith("builtin:"):
-        return _builtin_data(data, key, name, span)
+        return _builtin_data(data, key, name, span, demos)
     suffix = Path(name).suffix
     if suffix not in DATA_SUFFIXES:
         data.mark_invalid(key)
@@ -125,7 +174,7 @@ def _data(data: Decl, key: str, index: int, name: str, base: Path) -> list[Diagn
                   "starts in", label="no such file")]
 
 
-def _builtin_data(data: Decl, key: str, name: str, span) -> list[Diagnostic]:
+def _builtin_data(data: Decl, key: str, name: str, span, demos: bool) -> list[Diagnostic]:
     from rlgraph.tasks import BUILTIN_TASKS, get_task
 
     task, _, split = name[len("builtin:"):].partition("/")
@@ -140,6 +189,15 @@ def _builtin_data(data: Decl, key: str, name: str, span) -> list[Diagnostic]:
         data.mark_invalid(key)
         return [error("data-path", f"data.{key}: built-in task `{task}` has no split `{split}`", span,
                       "use " + " or ".join(f"`builtin:{task}/{s}`" for s in splits), label="no such split")]
+    with_responses = getattr(get_task(task), "DEMONSTRATION_SPLITS", {})
+    if demos and split not in with_responses:
+        data.mark_invalid(key)
+        fix = (" or ".join(f"`builtin:{task}/{s}`" for s in with_responses) if with_responses
+               else f"a .parquet or .jsonl file of demonstrations (built-in task `{task}` has none)")
+        return [error("data-path", f"data.{key}: `{name}` holds prompts without responses, and the step trains on "
+                      "demonstrations (`demos`)", span,
+                      f"use {fix}: rows with the answer to imitate as `response` (or a `messages` conversation)",
+                      label="no responses to imitate")]
     return []
 
 
