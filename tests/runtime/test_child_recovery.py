@@ -58,12 +58,12 @@ def stall_once():
     if not os.path.exists(ARM):
         return
     try:
-        fd = os.open(CLAIM + ".tmp", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        os.close(os.open(CLAIM + ".lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY))  # stays: the one claim
     except FileExistsError:
         return
-    os.write(fd, str(os.getpid()).encode())
-    os.close(fd)
-    os.replace(CLAIM + ".tmp", CLAIM)
+    with open(CLAIM + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(CLAIM + ".tmp", CLAIM)  # whole when the test reads it
     time.sleep(25)
 '''
 
