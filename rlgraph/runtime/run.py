@@ -167,6 +167,8 @@ def run_plan(
                     raise _failures_spent(err, recoveries, plan.train.max_failures, ckpt.latest_checkpoint(run_dir)) from None
                 recoveries += 1
                 console.stop()
+                if stop is not None:  # out of the loop until the restarted one runs: a signal stops at once, as
+                    stop.deferring = False  # while the run first starts (a wait on a Ray it killed never returns)
                 # every process and placement group of the run, the dead one's peers too: the environments'
                 # processes live in the rollout's, and go with it
                 lowered.shutdown()
