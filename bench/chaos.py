@@ -11,7 +11,8 @@ step), then the same command into another folder, hit `--kills` times. Each hit 
 - `worker`: SIGKILL to one of its Ray worker processes (found below the driver's pid in /proc, never by name:
   other people's Ray runs on the same machine); the run recovers by itself (`train.max_failures`);
 - `reward`: SIGKILL to one of a reward function's processes (the driver's children); one killed while scoring
-  is recovered from as a worker is, one killed between batches is replaced at the next batch;
+  is recovered from as a worker is, one killed between batches is replaced at the next batch (a kill aimed at
+  a step waits for one that works: its CPU time grows);
 - `env`: SIGKILL to one of an environment's processes (the rollout worker's children; only with a spec that
   has an `env` block, e.g. specs/grpo_arith_tool.rl): the same;
 - `group_sigterm`: SIGTERM to the run's whole process group (a batch scheduler, a container stop);
@@ -129,6 +130,30 @@ def workers(driver: int) -> dict[int, str]:
 def children(driver: int, kind: str) -> dict[int, str]:
     """The run's processes of user code of `kind` (reward | env), at any depth below the driver."""
     return {pid: f"{kind} process" for pid, (_, cmd) in descendants(driver).items() if CHILD_CODE[kind] in cmd}
+
+
+def cpu_ticks(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def busy_child(attempt: Attempt, kind: str, timeout_s: float = 5.0) -> int | None:
+    """One of the run's processes of `kind` the moment it is seen working (its CPU time grows): a process
+    scoring rows or hosting an episode's call, not one idle between batches. None if none works in time."""
+    seen: dict[int, int] = {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and attempt.running():
+        for pid in children(attempt.pid, kind):
+            ticks = cpu_ticks(pid)
+            if ticks is not None and pid in seen and ticks > seen[pid]:
+                return pid
+            if ticks is not None:
+                seen[pid] = ticks
+        time.sleep(0.005)
+    return None
 
 
 def has_env(spec: str) -> bool:
@@ -357,7 +382,9 @@ def kill(attempt: Attempt, run_dir: Path, target: str, moment: str, rng: random.
         if not found:
             return None
         pid = rng.choice(sorted(found))
-        title = found[pid]
+        if target in CHILD_CODE and moment == "step":  # the step's kill of user code's process takes it at work
+            pid = busy_child(attempt, target) or pid
+        title = found.get(pid, f"{target} process")
     writing, training = bool(attempt.checkpoint_writes()), training_started(run_dir, attempt.started)
     try:
         if target in SIGNALS:
@@ -618,7 +645,7 @@ def reference_run(run_dir: Path, cmd: list[str], log: Path) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=20, help="how many processes to kill (default 20)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default: kills + 4, at least 6)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default: 2 x kills + 4, at least 6)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the kills' targets and moments")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the runs here (default: a temp folder)")
     parser.add_argument("--output", default=None, help="the result file (default bench/results/chaos.json)")
@@ -627,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.kills < 0:
         parser.error("--kills must be 0 or more")
-    steps = args.steps or max(args.kills + 4, 6)
+    steps = args.steps or max(2 * args.kills + 4, 6)  # the kills must find a run: a wait for a busy process takes steps
     if steps < 2:
         parser.error("--steps must be 2 or more")
     rng = random.Random(args.seed)
