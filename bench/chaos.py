@@ -1,21 +1,34 @@
 """Chaos: kill a random process of a training run at random moments, many times, then check that nothing
 was lost or mixed.
 
-    .venv/bin/python bench/chaos.py [--kills 20] [--steps S] [--seed 0]   # writes bench/results/chaos.json
+    .venv/bin/python bench/chaos.py [--kills 20] [--steps S] [--seed 0] [--spec specs/grpo_arith_tool.rl]
+    # writes bench/results/chaos.json
 
-First an uninterrupted reference run of specs/grpo_arith.rl (a checkpoint after every step), then the same
-command into another folder, killed `--kills` times with SIGKILL: each kill takes the driver (the
-`rlgraph run` process) or one of its Ray worker processes (found below the driver's pid in /proc, never by
-name: other people's Ray runs on the same machine), at a moment drawn from three kinds: inside a checkpoint
-write (the moment a `.step_<N>.tmp-*` folder appears, plus a random part of a write's duration), during a
-step, or during start-up. A killed driver is re-run with the same command (it resumes); a killed worker is
-left to the run, which recovers by itself (`train.max_failures`) or exits 1, and is then re-run. At the
-end the run must finish, and:
+First an uninterrupted reference run of the spec (specs/grpo_arith.rl by default; a checkpoint after every
+step), then the same command into another folder, hit `--kills` times. Each hit takes, in turn (then shuffled):
+
+- `driver`: SIGKILL to the `rlgraph run` process; it is re-run with the same command (it resumes);
+- `worker`: SIGKILL to one of its Ray worker processes (found below the driver's pid in /proc, never by name:
+  other people's Ray runs on the same machine); the run recovers by itself (`train.max_failures`);
+- `reward`: SIGKILL to one of a reward function's processes (the driver's children); one killed while scoring
+  is recovered from as a worker is, one killed between batches is replaced at the next batch (a kill aimed at
+  a step waits for one that works: its CPU time grows);
+- `env`: SIGKILL to one of an environment's processes (the rollout worker's children; only with a spec that
+  has an `env` block, e.g. specs/grpo_arith_tool.rl): the same;
+- `group_sigterm`: SIGTERM to the run's whole process group (a batch scheduler, a container stop);
+- `startup_ctrl_c`: Ctrl-C during start-up (SIGINT to the group, as a terminal sends it).
+
+After a signal the run must exit within SIGNAL_EXIT_S (never waiting on its dead Ray) and without a
+traceback; it is then re-run. The moment is drawn from three kinds: inside a checkpoint write (the moment a
+`.step_<N>.tmp-*` folder appears, plus a random part of a write's duration), during a step, or during
+start-up (always, for Ctrl-C). At the end the run must finish, and:
 
 - every `step_<N>` checkpoint verifies against its manifest, and no checkpoint was found damaged
   (set aside as `step_<N>.corrupt` by a resume);
 - metrics.jsonl has the lines of steps 0..S, each exactly once;
 - the last checkpoint's weights equal the reference run's, bit for bit, and so does each step's reward.
+
+- no process that was killed, or signalled, made the run hang, stop for good or print a traceback.
 
 Each run is a subprocess with a local Ray of its own (RAY_ADDRESS is dropped). Processes of a killed driver
 that outlive it (Ray's agents linger ~60 s) are counted and, at the end, killed by pid.
@@ -48,6 +61,12 @@ RAY_HELPERS = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 RUN_TIMEOUT_S = 600.0  # one attempt, start to end
 STALL_S = 180.0  # a run that neither goes on nor exits this long after a worker was killed hangs
 MOMENTS = ("checkpoint", "step", "start")
+# in this order a short chaos run (--kills 2) still kills a driver and a worker
+TARGETS = ("driver", "worker", "reward", "env", "group_sigterm", "startup_ctrl_c")
+SIGNALS = {"group_sigterm": signal.SIGTERM, "startup_ctrl_c": signal.SIGINT}  # sent to the process group
+# what a child process of user code runs (rlgraph/workers/reward_process.py, rlgraph/workers/envs/pool.py)
+CHILD_CODE = {"reward": "rlgraph.workers.reward_process import serve", "env": "rlgraph.workers.envs.pool import serve"}
+SIGNAL_EXIT_S = 30.0  # a signalled run that has not exited after this long waits on something dead
 
 
 def overrides(steps: int, max_failures: int | None) -> list[str]:
@@ -57,8 +76,8 @@ def overrides(steps: int, max_failures: int | None) -> list[str]:
     return sets
 
 
-def command(run_dir: Path, sets: list[str]) -> list[str]:
-    out = [*RLGRAPH, "run", SPEC, "--output", str(run_dir)]
+def command(run_dir: Path, sets: list[str], spec: str = SPEC) -> list[str]:
+    out = [*RLGRAPH, "run", spec, "--output", str(run_dir)]
     for item in sets:
         out += ["-s", item]
     return out
@@ -106,6 +125,39 @@ def workers(driver: int) -> dict[int, str]:
     """The run's worker processes (Ray actors: `ray::DeviceProcess...`) below the driver."""
     return {pid: cmd.split()[0] for pid, (_, cmd) in descendants(driver).items()
             if cmd.startswith("ray::") and not cmd.startswith(RAY_HELPERS)}
+
+
+def children(driver: int, kind: str) -> dict[int, str]:
+    """The run's processes of user code of `kind` (reward | env), at any depth below the driver."""
+    return {pid: f"{kind} process" for pid, (_, cmd) in descendants(driver).items() if CHILD_CODE[kind] in cmd}
+
+
+def cpu_ticks(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def busy_child(attempt: Attempt, kind: str, timeout_s: float = 5.0) -> int | None:
+    """One of the run's processes of `kind` the moment it is seen working (its CPU time grows): a process
+    scoring rows or hosting an episode's call, not one idle between batches. None if none works in time."""
+    seen: dict[int, int] = {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and attempt.running():
+        for pid in children(attempt.pid, kind):
+            ticks = cpu_ticks(pid)
+            if ticks is not None and pid in seen and ticks > seen[pid]:
+                return pid
+            if ticks is not None:
+                seen[pid] = ticks
+        time.sleep(0.005)
+    return None
+
+
+def has_env(spec: str) -> bool:
+    return re.search(r"^\s*env\s+\w+\s*\{", (ROOT / spec).read_text(), re.M) is not None
 
 
 def alive(pid: int, start: int | None = None) -> bool:
@@ -167,6 +219,8 @@ class Attempt:
         self.log = log
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a local Ray of its own
         env.update(PYTHONUNBUFFERED="1", COLUMNS="200", TERM="dumb")
+        # this checkout's rlgraph in the Ray workers and their children too, whichever one is installed
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
         self.started = time.time()
         self.run_dir = run_dir
         self.stale = hidden_folders(run_dir)  # a killed run's leftovers, until this one sweeps them
@@ -226,6 +280,12 @@ class Progress:
         self.done.set()
         self.thread.join()
 
+    def first_line(self, since: float) -> str | None:
+        """The first line that appeared after `since`."""
+        with self.lock:
+            after = [(t, line) for line, t in self.lines.items() if t >= since]
+        return min(after)[1] if after else None
+
     def first(self, since: float, key: str) -> float | None:
         """When the first line holding `key` written after `since` appeared."""
         with self.lock:
@@ -235,7 +295,7 @@ class Progress:
 
 @dataclass
 class Kill:
-    target: str  # driver | worker
+    target: str  # one of TARGETS
     moment: str  # what was aimed at: checkpoint | step | start
     in_checkpoint_write: bool  # what was hit: a checkpoint folder was being written or deleted at the kill
     in_training: bool  # the attempt had entered its training loop (else it was starting up)
@@ -243,7 +303,12 @@ class Kill:
     at_step: int  # the last metrics line at the kill
     after_s: float  # into the attempt
     at: float  # time.time() of the kill
-    outcome: str = ""  # recovered (by the run itself) | restarted (re-run) | finished (it was past its last step)
+    # recovered (by the run itself) | replaced (a process of user code killed between batches: started anew at
+    # the next one, no step lost) | restarted (re-run) | finished (it was past its last step)
+    outcome: str = ""
+    signal: str = "SIGKILL"
+    exit_s: float | None = None  # a signalled run: from the signal to its exit
+    exit_code: int | None = None  # ... its exit code
     back_to_training_s: float | None = None  # from the kill to the first record after a restart or recovery
 
 
@@ -272,6 +337,9 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, attempt: Attempt
 def aim(attempt: Attempt, run_dir: Path, target: str, moment: str, rng: random.Random, times: dict[str, float]) -> bool:
     """Wait for the chosen kind of moment; False if the attempt ended first."""
     if target == "worker" and not wait_until(lambda: bool(workers(attempt.pid)), RUN_TIMEOUT_S, attempt, 0.05):
+        return False
+    if target in CHILD_CODE and not wait_until(lambda: bool(children(attempt.pid, target)), RUN_TIMEOUT_S, attempt,
+                                               0.05):
         return False
     if moment == "start":
         # somewhere in start-up (Ray, actors, model loads, restore), at the latest as the training loop begins
@@ -302,24 +370,32 @@ def aim(attempt: Attempt, run_dir: Path, target: str, moment: str, rng: random.R
 
 
 def kill(attempt: Attempt, run_dir: Path, target: str, moment: str, rng: random.Random, chaos: Chaos) -> Kill | None:
-    """SIGKILL to the driver or one of its workers; None if there was none to kill (the run ended)."""
-    below = descendants(attempt.pid) if target == "driver" else {}
-    if target == "driver":
-        pid, title = attempt.pid, "rlgraph run"
+    """SIGKILL to the driver or one of its processes, or a signal to its process group; None if there was none to
+    kill (the run ended)."""
+    whole_run = target == "driver" or target in SIGNALS
+    below = descendants(attempt.pid) if whole_run else {}
+    sig = SIGNALS.get(target, signal.SIGKILL)
+    if whole_run:
+        pid, title = attempt.pid, "rlgraph run" + (" and its process group" if target in SIGNALS else "")
     else:
-        found = workers(attempt.pid)
+        found = workers(attempt.pid) if target == "worker" else children(attempt.pid, target)
         if not found:
             return None
         pid = rng.choice(sorted(found))
-        title = found[pid]
+        if target in CHILD_CODE and moment == "step":  # the step's kill of user code's process takes it at work
+            pid = busy_child(attempt, target) or pid
+        title = found.get(pid, f"{target} process")
     writing, training = bool(attempt.checkpoint_writes()), training_started(run_dir, attempt.started)
     try:
-        os.kill(pid, signal.SIGKILL)
+        if target in SIGNALS:
+            os.killpg(pid, sig)  # the attempt leads a session of its own: its group is the run's processes
+        else:
+            os.kill(pid, sig)
     except ProcessLookupError:
         return None
     record = Kill(target, moment, writing, training, title, last_step(run_dir), time.time() - attempt.started,
-                  time.time())
-    if target == "driver":
+                  time.time(), signal=signal.Signals(sig).name)
+    if whole_run:
         chaos.stragglers.update({p: (start, cmd, time.time()) for p, (start, cmd) in below.items()})
     return record
 
@@ -335,14 +411,45 @@ def after_worker_kill(attempt: Attempt, killed: Kill, progress: Progress) -> str
     return "finished" if attempt.process.returncode == 0 else "exited"
 
 
-def chaos_run(run_dir: Path, cmd: list[str], kills: int, rng: random.Random, times: dict[str, float],
-              logs: Path, steps: int) -> Chaos:
-    chaos = Chaos(steps)
-    targets = ["driver", "worker"] * (kills // 2 + 1)
-    targets = targets[:kills]
+def after_child_kill(attempt: Attempt, killed: Kill, progress: Progress) -> str:
+    """A process of user code killed: wait for the run's next metrics line, or its exit. recovered (that line is
+    a recovery's) | replaced (the run went on without one: the process was between batches) | finished | exited
+    | hung."""
+    if wait_until(lambda: progress.first_line(killed.at) is not None, STALL_S, attempt, 0.02):
+        return "recovered" if '"training/recoveries"' in progress.first_line(killed.at) else "replaced"
+    if attempt.running():
+        return "hung"
+    return "finished" if attempt.process.returncode == 0 else "exited"
+
+
+def after_signal(attempt: Attempt, killed: Kill, chaos: Chaos) -> None:
+    """A signalled run must exit by itself, soon (its Ray is dead or dying), without a traceback."""
+    try:
+        attempt.process.wait(timeout=SIGNAL_EXIT_S)
+    except subprocess.TimeoutExpired:
+        chaos.problems.append(f"the run was still running {SIGNAL_EXIT_S:.0f} s after kill {len(chaos.kills)} "
+                              f"({killed.signal} to its group; log {attempt.log}):\n{attempt.tail()}")
+        attempt.stop()
+        return
+    killed.exit_s, killed.exit_code = time.time() - killed.at, attempt.process.returncode
+    if "Traceback (most recent call last)" in attempt.log.read_text(errors="replace"):
+        chaos.problems.append(f"a traceback after kill {len(chaos.kills)} ({killed.signal} to its group; log "
+                              f"{attempt.log}):\n{attempt.tail(40)}")
+
+
+def plan_kills(kills: int, rng: random.Random, env: bool) -> list[tuple[str, str]]:
+    """(target, moment) of each kill: the targets in turn, the moments in turn, each list shuffled."""
+    available = [t for t in TARGETS if t != "env" or env]
+    targets = [available[i % len(available)] for i in range(kills)]
     rng.shuffle(targets)
     moments = [MOMENTS[i % len(MOMENTS)] for i in range(kills)]
     rng.shuffle(moments)
+    return [(t, "start" if t == "startup_ctrl_c" else m) for t, m in zip(targets, moments)]
+
+
+def chaos_run(run_dir: Path, cmd: list[str], kills: int, rng: random.Random, times: dict[str, float],
+              logs: Path, steps: int, env: bool = False) -> Chaos:
+    chaos = Chaos(steps)
     attempt: Attempt | None = None
     started: list[Attempt] = []
 
@@ -358,7 +465,7 @@ def chaos_run(run_dir: Path, cmd: list[str], kills: int, rng: random.Random, tim
     progress = Progress(run_dir)
     try:
         attempt = start("first")
-        plan = list(zip(targets, moments))
+        plan = plan_kills(kills, rng, env)
         failures_in_a_row = 0
         while plan or attempt.running():
             if not attempt.running():
@@ -388,7 +495,7 @@ def chaos_run(run_dir: Path, cmd: list[str], kills: int, rng: random.Random, tim
             plan.pop(0)
             failures_in_a_row = 0
             chaos.kills.append(killed)
-            print(f"kill {len(chaos.kills)}: {target} ({killed.process}) aiming at {moment}, "
+            print(f"kill {len(chaos.kills)}: {target} ({killed.process}, {killed.signal}) aiming at {moment}, "
                   f"{'inside' if killed.in_checkpoint_write else 'outside'} a checkpoint write, after step "
                   f"{killed.at_step}", flush=True)
             if target == "worker":
@@ -400,6 +507,17 @@ def chaos_run(run_dir: Path, cmd: list[str], kills: int, rng: random.Random, tim
                     chaos.problems.append(f"the run hung after kill {len(chaos.kills)} (a worker): no step and no "
                                           f"exit in {STALL_S:.0f} s (log {attempt.log}):\n{attempt.tail()}")
                     attempt.stop()
+            elif target in CHILD_CODE:
+                outcome = after_child_kill(attempt, killed, progress)
+                if outcome in ("recovered", "replaced", "finished"):
+                    killed.outcome = outcome
+                    continue
+                # a process of user code killed from outside must not stop the run, let alone hang it
+                chaos.problems.append(f"the run {'hung' if outcome == 'hung' else 'stopped'} after kill "
+                                      f"{len(chaos.kills)} ({target} process) (log {attempt.log}):\n{attempt.tail()}")
+                attempt.stop()
+            elif target in SIGNALS:
+                after_signal(attempt, killed, chaos)
             else:
                 attempt.process.wait()
             ended(attempt)
@@ -527,19 +645,22 @@ def reference_run(run_dir: Path, cmd: list[str], log: Path) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=20, help="how many processes to kill (default 20)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default: kills + 4, at least 6)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default: 2 x kills + 4, at least 6)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the kills' targets and moments")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the runs here (default: a temp folder)")
     parser.add_argument("--output", default=None, help="the result file (default bench/results/chaos.json)")
+    parser.add_argument("--spec", default=SPEC, help=f"the spec to run (default {SPEC}; one with an `env` block, "
+                        "e.g. specs/grpo_arith_tool.rl, has its environment's processes killed too)")
     args = parser.parse_args(argv)
     if args.kills < 0:
         parser.error("--kills must be 0 or more")
-    steps = args.steps or max(args.kills + 4, 6)
+    steps = args.steps or max(2 * args.kills + 4, 6)  # the kills must find a run: a wait for a busy process takes steps
     if steps < 2:
         parser.error("--steps must be 2 or more")
     rng = random.Random(args.seed)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the runs started are stopped too
     max_failures = args.kills + 1 if supports_max_failures() else None
+    env = has_env(args.spec)
     sets = overrides(steps, max_failures)
     invoked = shlex.join([".venv/bin/python", "bench/chaos.py", *(argv if argv is not None else sys.argv[1:])])
     clock = time.time()
@@ -551,14 +672,14 @@ def main(argv: list[str] | None = None) -> int:
         if reference.exists() or chaotic.exists():  # they would resume, not run
             parser.error(f"{work} holds the runs of an earlier chaos run: delete it or pass another --workdir")
         logs.mkdir(parents=True, exist_ok=True)
-        print(f"reference: {shlex.join(command(reference, sets))}", flush=True)
-        times = reference_run(reference, command(reference, sets), logs / "reference.log")
+        print(f"reference: {shlex.join(command(reference, sets, args.spec))}", flush=True)
+        times = reference_run(reference, command(reference, sets, args.spec), logs / "reference.log")
         print(f"reference: {times['wall_s']:.1f} s (start-up ~{times['startup_s']:.1f} s, step "
               f"{times['step_s']:.2f} s, checkpoint {times['checkpoint_s']:.3f} s)", flush=True)
-        chaos_cmd = command(chaotic, sets)
+        chaos_cmd = command(chaotic, sets, args.spec)
         print(f"chaos: {shlex.join(chaos_cmd)}, {args.kills} kill(s)", flush=True)
         clock_chaos = time.time()
-        chaos = chaos_run(chaotic, chaos_cmd, args.kills, rng, times, logs, steps)
+        chaos = chaos_run(chaotic, chaos_cmd, args.kills, rng, times, logs, steps, env)
         chaos_wall = time.time() - clock_chaos
         finished = bool(chaos.attempts) and chaos.attempts[-1]["exit"] == 0
         checked = check(chaotic, reference, steps) if finished else None
@@ -581,6 +702,9 @@ def main(argv: list[str] | None = None) -> int:
         "kills": len(kills),
         "kills_driver": sum(k.target == "driver" for k in kills),
         "kills_worker": sum(k.target == "worker" for k in kills),
+        **{f"kills_{target}": sum(k.target == target for k in kills) for target in TARGETS[2:]},
+        "replaced_between_batches": sum(k.outcome == "replaced" for k in kills),
+        "signal_exit_s_max": max((k.exit_s for k in kills if k.exit_s is not None), default=None),
         "kills_inside_checkpoint_write": sum(k.in_checkpoint_write for k in kills),
         "kills_outside_checkpoint_write": sum(not k.in_checkpoint_write for k in kills),
         "kills_in_startup": sum(not k.in_training for k in kills),
@@ -605,8 +729,8 @@ def main(argv: list[str] | None = None) -> int:
     ok = finished and checked is not None and holds(checked) and not chaos.problems and len(kills) == args.kills
     result = {
         "command": invoked,
-        "run_command": shlex.join(command(Path("DIR"), sets)),
-        "spec": SPEC, "steps": steps, "kills_asked": args.kills, "seed": args.seed,
+        "run_command": shlex.join(command(Path("DIR"), sets, args.spec)),
+        "spec": args.spec, "steps": steps, "kills_asked": args.kills, "seed": args.seed,
         "max_failures": max_failures,
         "invariants_hold": ok,
         "figures": figures,
@@ -634,12 +758,13 @@ def seconds(value: float | None) -> str:
 def summary(result: dict[str, Any]) -> str:
     f = result["figures"]
     lines = [
-        f"{f['kills']} kills ({f['kills_driver']} driver, {f['kills_worker']} worker; "
+        f"{f['kills']} kills ({_by_target(f)}; "
         f"{f['kills_inside_checkpoint_write']} inside a checkpoint write, {f['kills_outside_checkpoint_write']} outside; "
         f"{f['kills_in_startup']} during start-up)",
         f"{f['recoveries_automatic']} automatic recoveries (training again {seconds(f['back_to_training_s_recovered'])} "
         f"after the kill, median), {f['restarts']} restarts (re-run: {seconds(f['back_to_training_s_restarted'])}), "
-        f"{f['attempts']} runs",
+        f"{f['attempts']} runs; {f.get('replaced_between_batches', 0)} processes of user code replaced between "
+        f"batches; a signalled run exited within {seconds(f.get('signal_exit_s_max'))} (the longest)",
         f"corrupt checkpoints: {f['corrupt_checkpoints']}; lost metric lines: {f['lost_metric_lines']}; "
         f"duplicated: {f['duplicated_metric_lines']}; final weights equal to the reference: {f['weights_equal']}",
         f"wall time {f['wall_s']:.0f} s (chaos run {f['chaos_wall_s']:.0f} s); stragglers of killed drivers at the "
@@ -655,11 +780,15 @@ def summary(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _by_target(f: dict[str, Any]) -> str:
+    return ", ".join(f"{f.get(f'kills_{target}', 0)} {target}" for target in TARGETS if f.get(f"kills_{target}"))
+
+
 def doc_section(result: dict[str, Any]) -> list[str]:
     """The figures as markdown, for docs/benchmarks.md (run_all.py renders them)."""
     f, checks = result["figures"], result["checks"] or {}
     rows = [
-        ("processes killed (SIGKILL)", f"{f['kills']}: {f['kills_driver']} driver, {f['kills_worker']} worker"),
+        ("processes killed or signalled", f"{f['kills']}: {_by_target(f)}"),
         ("... inside a checkpoint write / outside", f"{f['kills_inside_checkpoint_write']} / "
                                                     f"{f['kills_outside_checkpoint_write']}"),
         ("... during start-up (before the training loop)", str(f["kills_in_startup"])),
@@ -667,6 +796,9 @@ def doc_section(result: dict[str, Any]) -> list[str]:
                                                         f"{seconds(f['back_to_training_s_recovered'])} (median)"),
         ("restarts (the same command re-run)", f"{f['restarts']}, training again after "
                                                f"{seconds(f['back_to_training_s_restarted'])} (median)"),
+        ("reward/environment processes replaced between batches", str(f.get("replaced_between_batches", 0))),
+        ("a signalled run's exit, the longest", seconds(f.get("signal_exit_s_max"))),
+        ("hangs, tracebacks, runs stopped for good", str(f["problems"])),
         ("corrupt or incomplete checkpoints", str(f["corrupt_checkpoints"])),
         ("metric lines lost / duplicated", f"{f['lost_metric_lines']} / {f['duplicated_metric_lines']} "
                                            f"(steps 0..{result['steps']})"),
@@ -674,8 +806,10 @@ def doc_section(result: dict[str, Any]) -> list[str]:
         ("wall time", f"{f['wall_s']:.0f} s (the uninterrupted run {result['reference']['wall_s']:.0f} s)"),
     ]
     out = [f"`{result['command']}`: the run `rlgraph run {result['spec']}` ({result['steps']} steps, a checkpoint "
-           f"after each) killed {f['kills']} times at random moments: the driver (then re-run) or a worker (the run "
-           "recovers by itself), sometimes the moment a checkpoint write begins. Then every checkpoint is verified "
+           f"after each) hit {f['kills']} times at random moments: SIGKILL to the driver (then re-run), a worker, a "
+           "reward's or an environment's process (the run recovers by itself, or replaces a process killed between "
+           "batches), SIGTERM to the process group or Ctrl-C during start-up (the run must exit soon without a "
+           "traceback; then re-run), sometimes the moment a checkpoint write begins. Then every checkpoint is verified "
            "against its manifest, metrics.jsonl is read and the last checkpoint's weights are compared with an "
            f"uninterrupted run's. Invariants {'hold' if result['invariants_hold'] else '**broken**'}.", "",
            "| | |", "|---|---:|"]

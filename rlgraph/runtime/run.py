@@ -167,12 +167,19 @@ def run_plan(
                     raise _failures_spent(err, recoveries, plan.train.max_failures, ckpt.latest_checkpoint(run_dir)) from None
                 recoveries += 1
                 console.stop()
-                lowered.shutdown()  # every process and placement group of the run, the dead one's peers too
+                if stop is not None:  # out of the loop until the restarted one runs: a signal stops at once, as
+                    stop.deferring = False  # while the run first starts (a wait on a Ray it killed never returns)
+                # every process and placement group of the run, the dead one's peers too: the environments'
+                # processes live in the rollout's, and go with it
+                lowered.shutdown()
+                for reward in prepared.rewards.values():  # the rewards' processes (this one's children) start
+                    reward.close()  # anew at their next batch, as a resumed run's would
                 resume_from = ckpt.resume_checkpoint(run_dir, warn=lambda message: console.log(
                     f"[yellow]warning[/]: {escape(message)}"))
                 where = f"{resume_from.path} (step {resume_from.step})" if resume_from else "the start"
                 console.log(f"[yellow]recovering[/] ({recoveries} of train.max_failures = {plan.train.max_failures}): "
-                            f"{escape(str(err).splitlines()[0])} Restarting every process and going on from {where}.")
+                            f"{escape(str(err).splitlines()[0])} Restarting every process (workers, environments, "
+                            f"rewards) and going on from {where}.")
                 specs = worker_specs(plan, _model_paths(plan, prepared, resume_from))
                 started, startup = time.perf_counter(), {"training/recoveries": recoveries}
             finally:

@@ -530,8 +530,9 @@ BLOCKS: dict[str, BlockSchema] = {
                            "rollout's `val { n = N }`", 1),
         "checkpoint_every": Key(Int(min=0), "checkpoint every k steps (0 = only at the end)", 0),
         "keep_checkpoints": Key(Int(min=1), "how many recent checkpoints to keep", 2),
-        "max_failures": Key(Int(min=0), "worker-process deaths the run recovers from by itself: it restarts "
-                            "the processes and goes on from the latest checkpoint (0 = stop at the first)", 3),
+        "max_failures": Key(Int(min=0), "worker-process deaths (and environment or reward processes killed "
+                            "from outside) the run recovers from by itself: it restarts the "
+                            "processes and goes on from the latest checkpoint (0 = stop at the first)", 3),
         "deterministic": Key(Bool(), "GPU: deterministic kernels, so a resumed run repeats bit for bit "
                              "(slower; CPU runs always are)", False),
         "samples_every": Key(Int(min=0), "every k steps, write a few of the step's prompts, responses, scores and "

@@ -55,7 +55,12 @@ class RewardProcessError(RewardFunctionError):
 
 # Signals that end a child from outside (the kernel's out-of-memory killer, an operator, a scheduler stopping the
 # job), not the user's code ending its own process (os._exit: an exit code; a crash in native code: SIGSEGV,
-# SIGABRT), which would do so again on the same row.
+# SIGABRT), which would do so again on the same row. A wait status does not say who sent a signal, so the child's
+# own code sending one of these to itself (os.kill(os.getpid(), SIGKILL), signal.raise_signal) is made an exit code
+# instead (`_own_signals_as_exits`): that is the function's fault, reported on its row, not recovered from. What
+# that cannot see (a shell the function starts that kills its parent, native code calling kill(2)) is treated as
+# from outside: the step runs again and, if it dies the same way each time, the run stops once train.max_failures
+# is spent, naming the process and the signal.
 KILLED_FROM_OUTSIDE = (signal.SIGKILL, signal.SIGTERM)
 
 
@@ -265,6 +270,34 @@ def become_child() -> None:
 
     threading.Thread(target=orphaned, daemon=True).start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _own_signals_as_exits()
+
+
+def _own_signals_as_exits() -> None:
+    """The user's code sending SIGKILL (or SIGTERM it does not handle) to its own process exits with 128 + the
+    signal instead, saying so on stderr: its parent then sees an exit code, the function's doing, and not a kill
+    from outside (KILLED_FROM_OUTSIDE)."""
+    kill, raise_signal = os.kill, signal.raise_signal
+
+    def ends_itself(sig: int) -> bool:
+        return sig == signal.SIGKILL or (sig == signal.SIGTERM and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
+
+    def exit_instead(sig: int) -> None:
+        sys.stderr.write(f"rlgraph: the user's code sent {signal.Signals(sig).name} to its own process\n")
+        sys.stderr.flush()
+        os._exit(128 + sig)
+
+    def own_kill(pid: int, sig: int) -> None:
+        if pid in (0, os.getpid()) and ends_itself(sig):
+            exit_instead(sig)
+        kill(pid, sig)
+
+    def own_raise_signal(sig: int) -> None:
+        if ends_itself(sig):
+            exit_instead(sig)
+        raise_signal(sig)
+
+    os.kill, signal.raise_signal = own_kill, own_raise_signal
 
 
 def serve(conn_fd: int, slot_fd: int) -> None:
@@ -487,6 +520,8 @@ def exit_code(proc: subprocess.Popen) -> int:
 
 def describe_exit(code: int) -> str:
     """How a child ended, as its parent's messages say it: "exited with code 3", "was killed by signal SIGKILL"."""
+    if code - 128 in KILLED_FROM_OUTSIDE:  # what _own_signals_as_exits makes of a signal the code sent itself
+        return f"exited with code {code} (128 + {signal.Signals(code - 128).name}: did it send that signal to its own process?)"
     if code >= 0:
         return f"exited with code {code}"
     try:

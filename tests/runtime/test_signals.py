@@ -114,6 +114,24 @@ def test_sigterm_to_the_process_group_in_training_stops_at_once_with_the_resume_
     assert run.processes and not run.left_running(), run.left_running()
 
 
+def test_sigterm_to_the_process_group_while_a_recovery_restarts_the_processes_stops_at_once(arith_model, tmp_path):
+    # found by bench/chaos.py: the signal was deferred as in the loop ("stopping after the step in progress"), and
+    # the restart's wait on its new processes, whose Ray the signal had ended, never returned
+    run = Run(tmp_path / "run", *fast(steps=30, checkpoint_every=1))
+    assert wait_until(lambda: last_step(tmp_path / "run") >= 1 or not run.running(), 300), "no step in 300 s"
+    workers = [pid for pid, args in descendants(run.process.pid).items() if args.startswith("ray::DeviceProcess")]
+    assert workers and run.running(), run.finish()[1]
+    os.kill(workers[0], signal.SIGKILL)
+    assert wait_until(lambda: any(line.startswith("recovering") for line in run.lines) or not run.running(), 120)
+    time.sleep(0.5)  # the recovery starts its processes again: seconds
+    run.signal_group(signal.SIGTERM)
+    code, out = run.finish()
+    assert code == 143 and "Traceback" not in out, out
+    assert "stopped by SIGTERM while starting the run's processes" in " ".join(out.split()), out
+    assert RESUME.search(out), out
+    assert not run.left_running(), run.left_running()
+
+
 def test_sigterm_to_the_process_group_while_ray_starts_says_so_and_stops_what_it_started(arith_model, tmp_path):
     marker = tmp_path / "ray-init"
     run = Run(tmp_path / "run", *fast(steps=2), marker=marker)

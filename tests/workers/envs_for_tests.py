@@ -5,6 +5,7 @@ episodes."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -38,6 +39,8 @@ class Counter(Environment):
                 time.sleep(0.5)
             if self.fault == "exit":
                 os._exit(3)
+            if self.fault == "self_kill":
+                os.kill(os.getpid(), signal.SIGKILL)
             if self.fault == "garbage":
                 return "not an observation"
             if self.fault == "nan":

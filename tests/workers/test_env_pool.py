@@ -5,6 +5,7 @@ fails its own episodes only, and the pool works again on the next batch."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from rlgraph.contract.settings import EnvSettings
 from rlgraph.workers.envs.base import Observation, Turn
 from rlgraph.workers.envs.loading import EnvError, load_env_class
 from rlgraph.workers.envs.pool import EnvFailure, EnvPool
+from rlgraph.workers.reward_process import ChildKilled
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -149,16 +151,37 @@ def test_an_environment_that_ends_its_process_fails_that_process_episodes_only(m
     assert [answers[i].reward for i in range(4)] == [1.0] * 4
 
 
-def test_a_process_killed_between_calls_fails_its_episodes_at_their_next_call(make_pool):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_process_killed_from_outside_while_hosting_episodes_stops_the_pool_for_a_recovery(make_pool, sig):
+    # no fault of the environment's (the out-of-memory killer, an operator): not its episodes' failure but the
+    # run's, which recovers from it as from a worker's death and runs the episodes again (rlgraph/runtime/run.py)
     pool = make_pool(workers=2)
     pool.reset(rows(4))
-    pool.processes[1].proc.kill()  # as the out-of-memory killer would
+    pool.processes[1].proc.send_signal(sig)
     pool.processes[1].proc.wait()
-    answers = pool.step([(i, turn(0)) for i in range(4)])
-    assert answers[1].kind == answers[3].kind == "died"
-    assert answers[3].message.endswith("step of turn 0 not run: its process ended earlier (its process was killed by "
-                                       "signal SIGKILL)")
-    assert answers[0].reward == answers[2].reward == 1.0
+    with pytest.raises(ChildKilled, match=f"its process was killed by signal {sig.name} hosting 2 episode"):
+        pool.step([(i, turn(0)) for i in range(4)])
+    assert all(process.proc is None for process in pool.processes)  # every process stopped
+    assert pool.reset(rows(2))[1] == Observation()  # and the next batch starts anew
+
+
+def test_a_process_killed_between_batches_is_replaced_at_the_next_reset(make_pool):
+    pool = make_pool(workers=2)
+    pool.reset(rows(2))
+    pool.end_all()
+    pool.processes[1].proc.kill()
+    pool.processes[1].proc.wait()
+    answers = pool.reset(rows(4))
+    assert answers[1] == answers[3] == Observation()
+
+
+def test_an_environment_that_kills_its_own_process_fails_its_episodes(make_pool):
+    # its own doing, as an os._exit: it would do so again on the same row, so no recovery
+    pool = make_pool(workers=1)
+    pool.reset(rows(2, e0={"fault": "self_kill"}))
+    answers = pool.step([(0, turn(0)), (1, turn(0))])
+    assert answers[0].kind == answers[1].kind == "died"
+    assert "exited with code 137 (128 + SIGKILL: did it send that signal to its own process?)" in answers[0].message
 
 
 def test_ended_episodes_have_their_objects_closed_and_a_failing_close_is_ignored(make_pool, tmp_path):
