@@ -40,7 +40,8 @@ _REASONS: tuple[tuple[str, str], ...] = (
     (r"async_training\..*", "verl's fully-async trainer; rlgraph's asynchronous training is `train { staleness }` "
                             "(docs/async.md), which the importer does not derive from these"),
     (r"rollout\.(nnodes|n_gpus_per_node|total_rollout_steps|total_epochs|test_freq)",
-     "a separate rollout pool (fully-async / one-step-off): rlgraph's imported rollout shares the actor's devices"),
+     "a setting of verl's separate rollout (fully-async / one-step-off): of these, the one-step-off and fully-async "
+     "mains' rollout devices are mapped (a pool of its own), the rest is not"),
     (r"reward\.reward_model\..*", "verl's reward model served by a rollout engine (reward.reward_model); rlgraph's "
                                   "reward models are a `role rm { kind = reward_model }` (docs/spec.md)"),
     (r"reward\.num_workers", "rlgraph scores in its reward workers (reward { workers })"),
@@ -419,6 +420,15 @@ class _Importer:
                 self._pool("reward_gpus", rm_nodes, rm_per_node,
                            _source(cfg, "reward_model.enable_resource_pool", "reward_model.n_gpus_per_node",
                                    "reward_model.nnodes"))
+        self.rollout_pool = None
+        if "one_step_off" in self.launch.entry or "fully_async" in self.launch.entry:
+            # these mains give the rollout devices of its own (rollout.*) beside the trainer's (trainer.*)
+            rollout_per_node = cfg.int("rollout.n_gpus_per_node", None, minimum=1)
+            if rollout_per_node is not None:
+                self.rollout_pool = "rollout_gpus"
+                self._pool("rollout_gpus", cfg.int("rollout.nnodes", 1, minimum=1) or 1, rollout_per_node,
+                           _source(cfg, "rollout.n_gpus_per_node", "rollout.nnodes")
+                           + "; the rollout's own devices, beside the trainer's")
         device = cfg.str("trainer.device", "cuda")
         if device not in ("cuda", "cpu"):
             self._note("top", "trainer.device", "rlgraph's pools are cpu or gpu; imported as gpu", warn=True)
@@ -660,15 +670,22 @@ class _Importer:
     def _rollout(self) -> None:
         cfg, r = self.cfg, f"{AR}.rollout"
         block = _Block("role rollout")
-        block.set("colocate", _Name("actor"))
+        if self.rollout_pool:  # generates on its own devices from synced weights
+            block.set("model", _Name("policy"))
+            block.set("pool", _Name(self.rollout_pool))
+        else:
+            block.set("colocate", _Name("actor"))
         engine = cfg.str(f"{r}.name", "vllm")
         if engine not in ENGINES:
             self._note("rollout", f"{r}.name", f"rlgraph's engines are {', '.join(sorted(ENGINES))}; imported as vllm",
                        warn=True)
             engine = "vllm"
         block.set("engine", _Name(engine), _source(cfg, f"{r}.name", default="vllm, the engine of most launches"))
-        block.set("tp", cfg.int(f"{r}.tensor_model_parallel_size", 2, minimum=1),
-                  _source(cfg, f"{r}.tensor_model_parallel_size"))
+        tp = cfg.int(f"{r}.tensor_model_parallel_size", 2, minimum=1)
+        block.set("tp", tp, _source(cfg, f"{r}.tensor_model_parallel_size"))
+        if self.rollout_pool:  # a replica of tp devices each (one that does not divide them: `check` says so)
+            block.set("replicas", max(self.blocks[f"pool:{self.rollout_pool}"].devices // (tp or 1), 1),
+                      "rollout.n_gpus_per_node, rollout.nnodes / tensor_model_parallel_size")
         self.n = cfg.int(f"{r}.n", 1, minimum=1)
         block.set("n", self.n, _source(cfg, f"{r}.n"))
         self.temperature = cfg.float(f"{r}.temperature", 1.0)
@@ -859,6 +876,9 @@ class _Importer:
         block.set("checkpoint_every", max(save, 0) if save is not None else None,
                   _source(cfg, "trainer.save_freq") + (" (-1: 0, only at the end)" if save is not None and save < 0
                                                        else ""))
+        if self.rollout_pool and "one_step_off" in self.launch.entry:
+            # one-step-off: the rollout generates step k + 1's batch while the trainer trains step k
+            block.set("staleness", 1, "one-step-off main (generation one step ahead of training)")
         keep = cfg.int("trainer.max_actor_ckpt_to_keep", None)
         if keep is not None and keep > 0:
             block.set("keep_checkpoints", keep, "trainer.max_actor_ckpt_to_keep")

@@ -83,7 +83,9 @@ def test_the_fully_async_main_imports_with_its_batch_and_overlong_penalty():
     assert "overlong_penalty(buffer = 4096, penalty_factor = 1.0)" in text
     assert "engine = sglang" in text
     assert any("async_training.staleness_threshold=0.5 is not mapped" in w for w in warnings)
-    assert any("rollout.n_gpus_per_node=4 is not mapped: a separate rollout pool" in w for w in warnings)
+    # the rollout's own devices (rollout.nnodes x rollout.n_gpus_per_node) are a pool of its own
+    assert "pool rollout_gpus {" in text and "pool = rollout_gpus" in text
+    assert not any("rollout.n_gpus_per_node" in w for w in warnings)
 
 
 def test_arithmetic_in_a_default_and_a_token_budget_without_dynamic_batching():
