@@ -267,14 +267,15 @@ def join_data_parallel_groups(plan: Plan, lowered: Lowered, pools: dict[str, Poo
                               collective_timeout_s: float = COLLECTIVE_TIMEOUT_S) -> None:
     """Start one gloo (cpu) / nccl (gpu) group per set of trained replicas, as verl's worker env does:
     rank = replica (replicas are numbered node by node, so ranks are ordered by node), world size = the
-    replicas, MASTER_ADDR:MASTER_PORT = a free port on rank 0's node, LOCAL_RANK = the device on its node
+    replicas, MASTER_ADDR:MASTER_PORT = the store rank 0 opens on its node (a port the system picks), LOCAL_RANK = the device on its node
     on a cpu pool, its index among the GPUs Ray shows the process on a gpu pool (`init_data_parallel`).
     A group on one machine listens on loopback only (workers/rendezvous.py)."""
     device_of = {p.process: pools[p.pool].device for p in plan.placements}
     local_rank = {p.process: p.device for p in plan.placements}
     for group in data_parallel_groups(plan):
         address = group_host(ray.get([lowered.processes[process].node_address.remote() for process in group]))
-        port = ray.get(lowered.processes[group[0]].free_port.remote(address))
+        port = ray.get(lowered.processes[group[0]].open_data_parallel_store.remote(address, len(group),
+                                                                                    rendezvous_timeout_s))
         backend = "nccl" if device_of[group[0]] == "gpu" else "gloo"
         ray.get([lowered.processes[process].init_data_parallel.remote(
             backend, address, port, rank, len(group), local_rank[process], rendezvous_timeout_s, collective_timeout_s)

@@ -44,6 +44,7 @@ class DeviceProcess:
         self.hosted = {h.spec.role: h for h in hosted}
         self.num_threads = num_threads
         self.workers: dict[str, Any] = {}
+        self.data_parallel_store: Any = None  # rank 0's, from open_data_parallel_store until the group is joined
         self.node_ip = "?"
         self.bundle = bundle  # the placement group bundle it was scheduled on (Ray does not tell an actor)
         self.placement: dict[str, Any] = {}  # where Ray really put this process (see `where`)
@@ -139,13 +140,14 @@ class DeviceProcess:
         """This node's IP (Ray's), before `setup`: where the groups it joins may listen (workers/rendezvous.py)."""
         return _node_ip()
 
-    def free_port(self, host: str) -> int:
-        """A free TCP port on `host`, for the data-parallel group's rendezvous (before `setup`)."""
-        import socket
+    def open_data_parallel_store(self, host: str, world_size: int, timeout_s: float) -> int:
+        """Rank 0 of the data-parallel group (before `setup`): its store, listening on `host` from now on, on a port
+        the system picks; the port, for the other ranks. (A port found free and bound only later may be taken in
+        between by another process: EADDRINUSE under load, as the weight-sync group's store avoids too.)"""
+        from rlgraph.workers import rendezvous
 
-        with socket.socket() as sock:
-            sock.bind((host, 0))
-            return sock.getsockname()[1]
+        self.data_parallel_store = rendezvous.listen_store(host, 0, world_size, timeout_s)
+        return self.data_parallel_store.port
 
     def init_data_parallel(self, backend: str, master_addr: str, master_port: int, rank: int, world_size: int,
                            local_rank: int, rendezvous_timeout_s: float, collective_timeout_s: float) -> None:
@@ -178,8 +180,7 @@ class DeviceProcess:
             for key, value in rendezvous.socket_env(master_addr).items():  # gloo's and nccl's own sockets
                 os.environ.setdefault(key, value)  # the user's choice of interface stands
             timeout = datetime.timedelta(seconds=rendezvous_timeout_s)
-            store = (rendezvous.listen_store(master_addr, master_port, world_size, rendezvous_timeout_s,
-                                             wait_for_workers=True) if rank == 0 else
+            store = (self.data_parallel_store if rank == 0 else
                      dist.TCPStore(master_addr, master_port, world_size, is_master=False, timeout=timeout))
             # on GPUs a gloo backend for CPU tensors beside nccl: FSDP2's CPU offload (param_offload) reduces
             # the gradient norm, gathers for weight sync and checkpoints on host-resident shards
