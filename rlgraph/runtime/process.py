@@ -180,8 +180,15 @@ class DeviceProcess:
             for key, value in rendezvous.socket_env(master_addr).items():  # gloo's and nccl's own sockets
                 os.environ.setdefault(key, value)  # the user's choice of interface stands
             timeout = datetime.timedelta(seconds=rendezvous_timeout_s)
-            store = (self.data_parallel_store if rank == 0 else
-                     dist.TCPStore(master_addr, master_port, world_size, is_master=False, timeout=timeout))
+            if rank == 0:  # its store, opened by open_data_parallel_store (or here, on the port given)
+                store = self.data_parallel_store or rendezvous.listen_store(master_addr, master_port, world_size,
+                                                                            rendezvous_timeout_s)
+                self.data_parallel_store = None
+            else:
+                store = dist.TCPStore(master_addr, master_port, world_size, is_master=False, timeout=timeout)
+            # every rank waits the rendezvous timeout, not the collectives', for the others to come
+            store.set(f"rlgraph/joined/{rank}", "1")
+            store.wait([f"rlgraph/joined/{r}" for r in range(world_size)], timeout)
             # on GPUs a gloo backend for CPU tensors beside nccl: FSDP2's CPU offload (param_offload) reduces
             # the gradient norm, gathers for weight sync and checkpoints on host-resident shards
             dist.init_process_group("cpu:gloo,cuda:nccl" if backend == "nccl" else backend, store=store, rank=rank,
