@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlgraph.contract.stages import newest_checkpoint_folder
+
 EXIT_OK, EXIT_ERRORS = 0, 1
 _MODEL_FILES = ("config.json", "adapter_config.json")
 
@@ -97,12 +99,11 @@ def role_folder(source: Path, role: str | None) -> tuple[Path, str]:
         return source, f"{source}"
     checkpoint = source
     if (source / "checkpoints").is_dir() or not (source / "trainer_state.pt").is_file():
-        found = sorted((p for p in (source / "checkpoints").glob("step_*") if p.name[5:].isdigit()),
-                       key=lambda p: int(p.name[5:])) if (source / "checkpoints").is_dir() else []
-        if not found:
+        found = newest_checkpoint_folder(source)
+        if found is None:
             raise ExportError(f"{source} has no checkpoint to export (no checkpoints/step_<N>); a run writes one "
                               "at train.checkpoint_every and at its last step")
-        checkpoint = found[-1]
+        checkpoint = found
     name = role or _actor_of(checkpoint)
     folder = checkpoint / name
     if not any((folder / n).is_file() for n in _MODEL_FILES):

@@ -41,17 +41,22 @@ def stage_run_dir(path: str) -> Path:
     return Path(RUNS_DIR) / Path(spec).stem if spec is not None else Path(path[len(STAGE_PREFIX):]).expanduser()
 
 
+def newest_checkpoint_folder(run_dir: Path) -> Path | None:
+    """The run's checkpoint folder of the highest step (`checkpoints/step_<N>`), or None when it has none."""
+    folder = Path(run_dir) / "checkpoints"
+    steps = [p for p in folder.glob("step_*") if p.name[5:].isdigit()] if folder.is_dir() else []
+    return max(steps, key=lambda p: int(p.name[5:]), default=None)
+
+
 def stage_model_folder(path: str) -> Path:
     """The trained actor's folder in the newest checkpoint of the stage's run (raises StageError if none)."""
     run_dir = stage_run_dir(path)
     spec = stage_spec(path)
     first = f"run `rlgraph run {spec}` first" if spec else "train that run first"
-    steps = sorted((p for p in (run_dir / "checkpoints").glob("step_*") if p.name[5:].isdigit()),
-                   key=lambda p: int(p.name[5:])) if (run_dir / "checkpoints").is_dir() else []
-    if not steps:
+    checkpoint = newest_checkpoint_folder(run_dir)
+    if checkpoint is None:
         raise StageError(f"{path}: {run_dir.resolve()} has no checkpoint to start from yet; {first} (it writes "
                          "one at its last step)")
-    checkpoint = steps[-1]
     try:
         roles = json.loads((checkpoint / "plan.json").read_text(encoding="utf-8")).get("roles") or []
     except (OSError, ValueError):

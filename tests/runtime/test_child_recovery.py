@@ -158,29 +158,30 @@ def _recovered_and_finished(code: int, text: str, out: Path, files: dict[str, Pa
     assert pids[last + 1:], "nothing was scored or stepped after the kill"
 
 
-def test_a_reward_process_killed_while_scoring_is_restarted_and_the_run_finishes(run_cli, tmp_path):
-    spec, files = _write(tmp_path, "reward", steps=4)
+def _killed_mid_run(run_cli, tmp_path, kind: str) -> str:
+    """A 4-step run whose `kind` process (reward | env) is killed at work after step 2: recovered and finished."""
+    spec, files = _write(tmp_path, kind, steps=4)
     out = tmp_path / "run"
     killed: list[int] = []
     killer = _kill_the_staller(out, files, after_step=2, killed=killed)
     code, text = run_cli(spec, "--output", out)
     killer.join(timeout=5)
     _recovered_and_finished(code, text, out, files, killed, steps=4)
+    return text
+
+
+def test_a_reward_process_killed_while_scoring_is_restarted_and_the_run_finishes(run_cli, tmp_path):
+    text = _killed_mid_run(run_cli, tmp_path, "reward")
     assert "reward `exact` could not score" in " ".join(text.split()), text
 
 
 def test_an_environment_process_killed_mid_episode_is_restarted_and_the_run_finishes(run_cli, tmp_path):
-    spec, files = _write(tmp_path, "env", steps=4)
-    out = tmp_path / "run"
-    killed: list[int] = []
-    killer = _kill_the_staller(out, files, after_step=2, killed=killed)
-    code, text = run_cli(spec, "--output", out)
-    killer.join(timeout=5)
-    _recovered_and_finished(code, text, out, files, killed, steps=4)
+    text = _killed_mid_run(run_cli, tmp_path, "env")
     flat = " ".join(text.split())
     assert "environment talk" in flat and "its process was killed by signal SIGKILL during episode" in flat, text
     # the episodes the kill cut short ran again after the recovery, none counted as failed
-    assert all(record.get("env/failed", 0) == 0 for record in read_metrics(out)), read_metrics(out)
+    metrics = read_metrics(tmp_path / "run")
+    assert all(record.get("env/failed", 0) == 0 for record in metrics), metrics
 
 
 def test_with_max_failures_zero_a_killed_reward_process_stops_the_run_naming_it(run_cli, tmp_path):
