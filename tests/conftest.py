@@ -10,6 +10,14 @@ whole-run files, then everything else.
 
 from __future__ import annotations
 
+import os
+
+# One torch thread in every test process and every process it starts (CLI runs, Ray's workers, reward processes),
+# before anything imports torch: two test processes already share this project's 2 cores, and OpenMP's threads
+# spin at each parallel region for a partner that is not running, so on a loaded machine two threads a process
+# run several times slower than one (a small MLP's 3,000 steps beside two busy loops: 6.3 s on 2 threads, 1.7 s on 1).
+os.environ["OMP_NUM_THREADS"] = "1"
+
 LONGEST_FIRST = (
     "tests/runtime/test_run.py",          # every CPU spec, two steps each (~200 s)
     "tests/runtime/test_chaos.py",        # bench/chaos.py: two runs with a Ray of their own, killed twice
