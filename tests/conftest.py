@@ -17,6 +17,10 @@ import os
 # spin at each parallel region for a partner that is not running, so on a loaded machine two threads a process
 # run several times slower than one (a small MLP's 3,000 steps beside two busy loops: 6.3 s on 2 threads, 1.7 s on 1).
 os.environ["OMP_NUM_THREADS"] = "1"
+# The Ray instances the tests start (tests/runtime/conftest.py, simulated clusters, `rlgraph run` in a subprocess)
+# run their workers at the driver's priority, as the local instance of `rlgraph run` does (runtime/cluster.py
+# WORKER_NICENESS): at Ray's default nice 15 a busy process beside the suite starves every run of it.
+os.environ["RAY_worker_niceness"] = "0"
 
 LONGEST_FIRST = (
     "tests/runtime/test_run.py",          # every CPU spec, two steps each (~200 s)

@@ -43,6 +43,12 @@ _LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 WORKER_IMPORTS = ("torch", "transformers", "transformers.models.auto.modeling_auto",
                   "transformers.models.auto.tokenization_auto", "rlgraph.runtime.process")
 
+# Ray starts its workers at nice 15 so that its own servers stay responsive; a run's workers are where all of its
+# training and generation happen, and at nice 15 any other busy process on the machine (a build, a browser,
+# another run) takes nearly all the CPU from them (the kernel weighs nice 15 at 36 against 1,024 for nice 0:
+# beside two busy loops on 2 cores a test run made no progress for minutes). At the driver's priority they share.
+WORKER_NICENESS = 0
+
 
 @dataclass(frozen=True)
 class Resources:
@@ -238,7 +244,8 @@ def _start_local(needed: Resources, quiet: bool) -> Cluster:
                 runtime_env=None,
                 # Ray keeps as many idle workers as CPUs no placement group holds: once the run's groups hold them
                 # all it would stop the workers it started (and their imports) just before the processes start
-                _system_config={"preload_python_modules": list(WORKER_IMPORTS), "num_workers_soft_limit": cpus},
+                _system_config={"preload_python_modules": list(WORKER_IMPORTS), "num_workers_soft_limit": cpus,
+                                "worker_niceness": WORKER_NICENESS},
             )
     except BaseException as err:  # ports taken, /dev/shm too small, a broken ray install; a signal
         _stop_partial_start()  # what ray.init started before it failed or was stopped
