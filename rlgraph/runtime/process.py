@@ -293,6 +293,23 @@ class DeviceProcess:
                                         keep_buckets=worker.capabilities.reads_weights_later)
         return time.perf_counter() - start
 
+    def sync_in_process(self, source: str, target: str | None, bucket_bytes: int | None = None,
+                        dtype: str | None = None) -> float:
+        """Hand `source`'s weights to `target`'s rollout in this process, bucket by bucket on this process's device,
+        the parameters in `dtype` (the rollout's); the seconds it took. `target` None: a rank of a sharded source
+        without a rollout replica, which only takes part in the gathers (rlgraph/runtime/weight_sync.py)."""
+        from rlgraph.workers import weight_sync
+
+        start = time.perf_counter()
+        with self._reporting(target or source, f"loading `{source}`'s weights in its process" if target
+                             else "gathering its weights"):
+            rollout = self.workers[target] if target is not None else None
+            weight_sync.load_in_process(
+                self.workers[source].module, rollout.load_weights if rollout is not None else None,
+                device=weight_sync.local_device(), cap=bucket_bytes or weight_sync.BUCKET_BYTES, dtype=dtype,
+                keep_buckets=rollout is not None and rollout.capabilities.reads_weights_later)
+        return time.perf_counter() - start
+
     # --- the whole step in this process (every role of the plan lives here: rlgraph/runtime/step.py) ---
 
     def prepare_local_step(self, plan: Any, rewards: dict[str, Any], time_shared: list[str] = ()) -> None:

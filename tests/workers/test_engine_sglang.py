@@ -243,6 +243,46 @@ def test_a_sync_into_sglang_keeps_every_bucket_until_the_update_ends(tokenizer):
     assert all(ref() is None for ref in ReadsLater.buffers)  # and none kept after it
 
 
+def test_a_colocated_sync_into_sglang_hands_it_bf16_buckets_kept_until_the_update_ends(tokenizer):
+    """Path in_process (DeviceProcess.sync_in_process): the actor's fp32 weights go to the adapter in the
+    rollout's dtype, in buckets on this process's device, with no group and no host copy (SGLang then takes
+    them as CUDA-IPC handles); every bucket stays allocated, holding what it was handed, until the update ends."""
+    import weakref
+
+    from rlgraph.runtime.process import DeviceProcess
+    from rlgraph.workers import RolloutWorker
+
+    class ReadsLater(StandInEngine):
+        buffers: list[tuple[weakref.ref, torch.Tensor]] = []  # (the bucket, what it held when handed over)
+        handed: dict[str, torch.Tensor] = {}
+        at_the_last: list[bool] = []  # at the last bucket: every earlier one alive and unchanged
+
+        def update_weights_from_tensor(self, named_tensors, flush_cache):
+            base = named_tensors[0][1]._base
+            self.buffers.append((weakref.ref(base), base.clone()))
+            self.handed.update((name, t.clone()) for name, t in named_tensors)
+            if len(self.buffers) == 4:  # four tensors, one bucket each at this cap
+                self.at_the_last.append(all(ref() is not None and torch.equal(ref(), then)
+                                            for ref, then in self.buffers))
+            return super().update_weights_from_tensor(named_tensors, flush_cache)
+
+    class Actor:  # what sync_in_process reads of the source's worker
+        module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+
+    engine = ReadsLater()
+    worker = object.__new__(RolloutWorker)
+    worker.engine = SGLangEngine(engine, tokenizer, eos_token_ids=[EOS], weight_names=None, memory_types=())
+    process = DeviceProcess("actor/0", 0, [], num_threads=1)
+    process.workers.update(actor=Actor(), rollout=worker)
+    assert process.sync_in_process("actor", "rollout", 64, "bfloat16") > 0
+    assert engine.at_the_last == [True]
+    assert all(ref() is None for ref, _ in engine.buffers)  # and none kept after the update
+    expected = {n: t.detach().to(torch.bfloat16) for n, t in Actor.module.state_dict().items()}
+    assert engine.handed.keys() == expected.keys()
+    assert all(engine.handed[n].dtype == torch.bfloat16 and torch.equal(engine.handed[n], t) for n, t in expected.items())
+    assert worker.engine.cache_stale  # the next generate flushes SGLang's prefix cache first
+
+
 def test_weights_of_another_architecture_are_refused(adapter):
     with pytest.raises(ValueError, match="no parameter named transformer.h.0.attn.weight"):
         adapter.load_weights({"transformer.h.0.attn.weight": torch.ones(1)})
