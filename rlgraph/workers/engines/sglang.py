@@ -169,7 +169,12 @@ def server_args(model_folder: str, *, dtype: Any, device: str | None, memory_fra
         "tp_size": tp,
         "dtype": str(dtype).removeprefix("torch."),
         "base_gpu_id": int(index or 0),
-        # release_memory_occupation needs the memory saver; the CPU copy keeps the weights across a release
+        # release_memory_occupation needs the memory saver. The CPU copy keeps the weights across a release, and
+        # it is needed even though every sync overwrites the parameters: SGLang builds its whole model inside the
+        # memory saver's weights region, so tensors made at load and never synced (rotary cos/sin caches, any
+        # buffer a model computes in __init__) would come back undefined from a release without it (verl keeps it
+        # on for a colocated SGLang for the same reason). It costs a host copy only where the weights are
+        # released, i.e. colocated; an own-pool engine that never releases copies nothing.
         "enable_memory_saver": True,
         "enable_weights_cpu_backup": True,
     }
