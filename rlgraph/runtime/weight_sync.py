@@ -7,7 +7,9 @@ starting one sync over it. `sync_path` is the one place that decides:
                   replica (ranks 1..k), gloo on CPU pools and nccl when every one of them is on a GPU pool (a
                   group of its own, rlgraph/workers/weight_sync.py `open_group`: the processes keep their
                   default torch.distributed group for data parallelism). The sender streams its weights in
-                  buckets and every replica loads each as it arrives.
+                  buckets and every replica loads each as it arrives. Over nccl into an engine that can
+                  (SGLang: `into_engine_processes`), the engine's own processes are ranks 1.. instead and
+                  receive the buckets themselves (`SyncEdge.engine_ranks`), told their layout beforehand.
     in_process    every rollout replica is colocated with a replica of its source but holds its own copy (engine
                   sglang or vllm): each process that hosts a rollout replica packs its source's weights bucket by
                   bucket on its own device and hands them to the engine there (SGLang's schedulers take each
@@ -25,11 +27,13 @@ the bytes of fp32 master weights for a bf16 rollout). The driver only starts the
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import ray
 
+from rlgraph.contract.engines import ENGINES
 from rlgraph.plan.model import Plan
 from rlgraph.runtime.roles import ALIAS, WorkerSpec, sharded_roles
 from rlgraph.workers.rendezvous import group_host
@@ -57,6 +61,10 @@ class SyncEdge:
     processes: tuple[str, ...]  # in rank order: the source's rank-0 process, then the rollout replicas'
     backend: str  # gloo | nccl
     dtype: str  # the rollout's dtype: what the parameters travel in (half the bytes of fp32 masters for bf16)
+    # the ranks each rollout process's engine brings where the engine's own processes are the group's receivers
+    # (SGLang's schedulers: `EngineFacts.receives_in_own_processes`); empty: the rollout processes receive
+    engine_ranks: tuple[int, ...] = ()
+    as_bytes: bool = True  # how a bucket travels: as bytes, or in its dtype (what the engine's side posts)
 
     @property
     def name(self) -> str:
@@ -66,6 +74,10 @@ class SyncEdge:
     def receivers(self) -> int:
         """How many of `start_sync`'s refs (the last ones) are the rollout's side: each its seconds."""
         return len(self.processes) - 1
+
+    @property
+    def world_size(self) -> int:
+        return 1 + sum(self.engine_ranks) if self.engine_ranks else len(self.processes)
 
 
 @dataclass(frozen=True)
@@ -137,16 +149,40 @@ def join_sync_groups(plan: Plan, specs: dict[str, WorkerSpec], lowered: LoweredV
     when all are there), waiting up to `rendezvous_timeout_s`; a sync then may take `collective_timeout_s` (the
     whole model over the network). A group on one machine listens on loopback only (workers/rendezvous.py)."""
     for edge in collective_edges(plan, specs):
-        master = edge.processes[0]
+        edge = into_engine_processes(plan, lowered, edge)
+        master, receivers = edge.processes[0], edge.processes[1:]
         host = group_host([lowered.info[process]["node_ip"] for process in edge.processes])
         port = ray.get(lowered.processes[master].open_weight_sync_store.remote(
-            edge.source, edge.name, host, len(edge.processes), rendezvous_timeout_s))
-        ray.get([lowered.processes[process].join_weight_sync.remote(
-            edge.source if rank == 0 else edge.target, edge.name, host, port, rank, len(edge.processes),
-            edge.backend, rendezvous_timeout_s, collective_timeout_s) for rank, process in enumerate(edge.processes)])
+            edge.source, edge.name, host, edge.world_size, rendezvous_timeout_s))
+        sender = lowered.processes[master].join_weight_sync.remote(
+            edge.source, edge.name, host, port, 0, edge.world_size, edge.backend, rendezvous_timeout_s,
+            collective_timeout_s, engine_group=bool(edge.engine_ranks), as_bytes=edge.as_bytes)
+        if edge.engine_ranks:  # the engines' schedulers join as ranks 1.., each process's after the ones before
+            offsets = [1 + sum(edge.engine_ranks[:i]) for i in range(len(receivers))]
+            joins = [lowered.processes[process].join_engine_weight_sync.remote(
+                edge.target, edge.name, host, port, offset, edge.world_size)
+                for process, offset in zip(receivers, offsets)]
+        else:
+            joins = [lowered.processes[process].join_weight_sync.remote(
+                edge.target, edge.name, host, port, rank, edge.world_size, edge.backend, rendezvous_timeout_s,
+                collective_timeout_s) for rank, process in enumerate(receivers, start=1)]
+        ray.get([sender, *joins])
         lowered.sync_edges[(edge.source, edge.target)] = edge
     for in_process in in_process_edges(plan, specs):
         lowered.sync_edges[(in_process.source, in_process.target)] = in_process
+
+
+def into_engine_processes(plan: Plan, lowered: LoweredView, edge: SyncEdge) -> SyncEdge:
+    """`edge` with the engines' own processes as its receivers, where the rollout's engine can take a sync there
+    (`EngineFacts.receives_in_own_processes`), the group is nccl, and every replica's engine says how
+    (`group_receiver`: an SGLang that has the path); else as it is."""
+    facts = ENGINES.get(plan.role(edge.target).settings.engine)
+    if edge.backend != "nccl" or facts is None or not facts.receives_in_own_processes:
+        return edge
+    answers = ray.get([lowered.processes[p].engine_group_receiver.remote(edge.target) for p in edge.processes[1:]])
+    if any(a is None for a in answers) or len({a["as_bytes"] for a in answers}) != 1:
+        return edge
+    return dataclasses.replace(edge, engine_ranks=tuple(a["ranks"] for a in answers), as_bytes=answers[0]["as_bytes"])
 
 
 def start_sync(lowered: LoweredView, edge: SyncEdge | InProcessEdge, bucket_bytes: int | None = None) -> list[Any]:
@@ -157,9 +193,16 @@ def start_sync(lowered: LoweredView, edge: SyncEdge | InProcessEdge, bucket_byte
         return [lowered.processes[process].sync_in_process.remote(edge.source, target, bucket_bytes, edge.dtype)
                 for target, processes in ((None, edge.gatherers), (edge.target, edge.loaders)) for process in processes]
     source = lowered.groups[edge.source]
+    # the engines receive only the buckets: their layout, asked of rank 0 before its send (an actor runs its calls
+    # in the order they came), goes to each rollout process
+    layout = (lowered.processes[edge.processes[0]].weight_sync_layout.remote(edge.source, bucket_bytes, edge.dtype)
+              if edge.engine_ranks else None)
     # a sharded source: every rank gathers each parameter, rank 0 (replica 0) sends it
     refs = [m.handle.send_weights.remote(edge.source, edge.name if m.replica == 0 else None, bucket_bytes, edge.dtype)
             for m in source.members_for_one()]
+    if layout is not None:
+        return refs + [lowered.processes[process].receive_weights_in_engine.remote(edge.target, edge.name, layout)
+                       for process in edge.processes[1:]]
     refs += [lowered.processes[process].receive_weights.remote(edge.target, edge.name)
              for process in edge.processes[1:]]
     return refs

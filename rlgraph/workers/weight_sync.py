@@ -113,14 +113,16 @@ def unpack(bucket: Bucket, flat: torch.Tensor) -> list[tuple[str, torch.Tensor]]
 
 @torch.no_grad()
 def send_weights(module: torch.nn.Module, send: Transfer | None, *, device: torch.device | str = "cpu",
-                 cap: int = BUCKET_BYTES, dtype: torch.dtype | str | None = None) -> int:
+                 cap: int = BUCKET_BYTES, dtype: torch.dtype | str | None = None, header: bool = True) -> int:
     """Stream `module`'s weights through `send` (rank 0 of the sync group); bytes sent.
 
     `dtype`: the receiving engine's dtype, which the floating-point parameters travel in (None: each in its
     own). A module sharded with fsdp: every rank of its data-parallel group calls this (each parameter is
-    gathered by all of them in the same order); the ranks outside the sync group pass `send=None`."""
+    gathered by all of them in the same order); the ranks outside the sync group pass `send=None`.
+    `header` False: the receivers know the layout already (`encoded_layout`, handed to them beforehand: an
+    engine's own processes, which receive only the buckets)."""
     weights, buckets = sync_layout(module, cap, dtype)
-    if send is not None:
+    if send is not None and header:
         header = torch.frombuffer(bytearray(_encode(buckets)), dtype=torch.uint8).to(device)
         send(torch.tensor([header.numel()], dtype=torch.int64, device=device))
         send(header)
@@ -158,6 +160,16 @@ def load_in_process(module: torch.nn.Module, load: Callable[[list[tuple[str, tor
             kept.append(flat)
         del flat
     return loaded
+
+
+def encoded_layout(module: torch.nn.Module, cap: int = BUCKET_BYTES, dtype: torch.dtype | str | None = None) -> bytes:
+    """The header `send_weights` would send (the buckets' names, shapes and dtype), for receivers told it
+    another way; `decoded_layout` reads it back. No gather: the shapes are the whole tensors'."""
+    return _encode(sync_layout(module, cap, dtype)[1])
+
+
+def decoded_layout(raw: bytes) -> list[Bucket]:
+    return list(_decode(raw))
 
 
 def sync_layout(module: torch.nn.Module, cap: int, dtype: torch.dtype | str | None
@@ -243,13 +255,33 @@ def open_store(host: str, world_size: int, timeout_s: float) -> Any:
     return rendezvous.listen_store(host, 0, world_size, timeout_s)
 
 
-def broadcaster(group: Any) -> Transfer:
-    """A broadcast from rank 0 of `group`, sent as bytes (every backend moves bytes; not every one each dtype)."""
+def broadcaster(group: Any, as_bytes: bool = True) -> Transfer:
+    """A broadcast from rank 0 of `group`, sent as bytes (every backend moves bytes; not every one each dtype),
+    or in the tensor's own dtype (`as_bytes` False: receivers that post it typed, as nccl needs the same count
+    and dtype on every rank)."""
 
     def transfer(tensor: torch.Tensor) -> None:
-        group.broadcast(tensor.view(torch.uint8) if tensor.dtype != torch.uint8 else tensor, 0).wait()
+        group.broadcast(tensor.view(torch.uint8) if as_bytes and tensor.dtype != torch.uint8 else tensor, 0).wait()
 
     return transfer
+
+
+def open_engine_group(store: Any, world_size: int, backend: str, *, group_name: str,
+                      collective_timeout_s: float) -> Any:
+    """Rank 0 of a group whose other ranks are a rollout engine's own processes (SGLang's schedulers, joined
+    by `init_weights_update_group`), over the store rank 0 opened (`open_store`).
+
+    The engine builds its side with torch's own group constructor over the store under `group_name`
+    (sglang.srt.utils init_custom_process_group: a tcp:// rendezvous to this store, a PrefixStore named
+    after the group, then torch's `_new_process_group_helper`, which prefixes the store again by group and
+    device); this side is built the same way, so that both read and write the same keys."""
+    from torch.distributed.distributed_c10d import Backend, PrefixStore, _new_process_group_helper, _world
+
+    timeout = datetime.timedelta(seconds=collective_timeout_s)
+    group, _ = _new_process_group_helper(world_size, 0, [], Backend(backend), PrefixStore(group_name, store),
+                                         group_name=group_name, timeout=timeout)
+    _world.pg_group_ranks[group] = {rank: rank for rank in range(world_size)}
+    return group
 
 
 def local_device() -> torch.device:

@@ -308,6 +308,83 @@ def test_the_sync_path_a_plan_takes():
     assert _path(mixed) == ("object_store", [], [])
 
 
+# --- an own-pool sync straight into the engine's own processes (SGLang's schedulers) ---
+
+
+class FakeHandle:
+    """A process handle whose calls are recorded (method, args) and answered from `answers` (put into Ray)."""
+
+    def __init__(self, name: str, log: list, answers: dict | None = None) -> None:
+        self.name, self.log, self.answers = name, log, answers or {}
+
+    def __getattr__(self, method):
+        handle = self
+
+        class Method:
+            @staticmethod
+            def remote(*args, **kwargs):
+                handle.log.append((handle.name, method, args))
+                return ray.put(handle.answers[method]) if method in handle.answers else f"{handle.name}.{method}"
+
+        return Method
+
+
+def _gpu_sglang_plan(replicas: int = 2):
+    plan = grpo_plan(rollout_pool="gen", rollout_replicas=replicas)
+    plan.pools = [dataclasses.replace(p, device="gpu") for p in plan.pools]
+    plan.roles = [dataclasses.replace(r, settings=dataclasses.replace(r.settings, engine="sglang", dtype="bfloat16"))
+                  if r.name == "rollout" else r for r in plan.roles]
+    return plan
+
+
+def test_an_own_pool_sglang_sync_goes_into_its_schedulers_where_every_engine_can(ray_session):
+    from types import SimpleNamespace
+
+    from rlgraph.runtime.roles import worker_specs
+    from rlgraph.runtime.weight_sync import collective_edges, into_engine_processes
+
+    plan = _gpu_sglang_plan()
+    (edge,) = collective_edges(plan, worker_specs(plan, {r.name: "builtin:arith-gpt" for r in plan.roles}))
+    assert edge.backend == "nccl" and edge.world_size == 3
+
+    def lowered(*answers):
+        log: list = []
+        processes = {"actor/0": FakeHandle("actor/0", log)}
+        processes.update({f"rollout/{i}": FakeHandle(f"rollout/{i}", log, {"engine_group_receiver": a})
+                          for i, a in enumerate(answers)})
+        return SimpleNamespace(processes=processes)
+
+    tp2 = {"ranks": 2, "as_bytes": True}
+    into = into_engine_processes(plan, lowered(tp2, tp2), edge)
+    assert (into.engine_ranks, into.world_size, into.as_bytes) == ((2, 2), 5, True)  # rank 0 + 2 x tp 2
+    assert into_engine_processes(plan, lowered(tp2, None), edge) == edge  # one engine cannot: its processes receive
+    typed = {"ranks": 2, "as_bytes": False}
+    assert into_engine_processes(plan, lowered(tp2, typed), edge) == edge  # the engines disagree on the wire
+    gloo = dataclasses.replace(edge, backend="gloo")
+    assert into_engine_processes(plan, lowered(), gloo) == gloo  # not asked: SGLang's path is nccl only
+
+
+def test_a_sync_into_the_engines_processes_sends_their_layout_before_the_buckets():
+    from types import SimpleNamespace
+
+    from rlgraph.runtime.group import Member
+    from rlgraph.runtime.weight_sync import SyncEdge, start_sync
+
+    log: list = []
+    processes = {p: FakeHandle(p, log) for p in ("actor/0", "rollout/0", "rollout/1")}
+    group = SimpleNamespace(members_for_one=lambda: [Member(processes["actor/0"], 0, "actor/0")])
+    lowered = SimpleNamespace(processes=processes, groups={"actor": group})
+    edge = SyncEdge("actor", "rollout", ("actor/0", "rollout/0", "rollout/1"), "nccl", "bfloat16",
+                    engine_ranks=(1, 1))
+    refs = start_sync(lowered, edge, bucket_bytes=64)
+    assert [(name, method) for name, method, _ in log] == [
+        ("actor/0", "weight_sync_layout"), ("actor/0", "send_weights"),
+        ("rollout/0", "receive_weights_in_engine"), ("rollout/1", "receive_weights_in_engine")]
+    assert log[0][2] == ("actor", 64, "bfloat16")
+    assert all(args[2] == "actor/0.weight_sync_layout" for _, method, args in log[2:])  # each is handed the layout
+    assert refs[-edge.receivers:] == ["rollout/0.receive_weights_in_engine", "rollout/1.receive_weights_in_engine"]
+
+
 def test_an_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="expected gloo or nccl"):
         ws.open_group("127.0.0.1", 1, 0, 1, "mpi", rendezvous_timeout_s=1, collective_timeout_s=1, store=object())
