@@ -123,9 +123,9 @@ def send_weights(module: torch.nn.Module, send: Transfer | None, *, device: torc
     engine's own processes, which receive only the buckets)."""
     weights, buckets = sync_layout(module, cap, dtype)
     if send is not None and header:
-        header = torch.frombuffer(bytearray(_encode(buckets)), dtype=torch.uint8).to(device)
-        send(torch.tensor([header.numel()], dtype=torch.int64, device=device))
-        send(header)
+        encoded = torch.frombuffer(bytearray(_encode(buckets)), dtype=torch.uint8).to(device)
+        send(torch.tensor([encoded.numel()], dtype=torch.int64, device=device))
+        send(encoded)
     sent = 0
     for _, flat in packed_buckets(weights, buckets, device, gather_only=send is None):
         if flat is None:
