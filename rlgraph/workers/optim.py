@@ -7,6 +7,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from rlgraph.workers.gradient_sync import data_parallel_average
 from rlgraph.workers.offload import HOST, optimizer_state_to, state_on_device
 
 GRADIENT_BUCKET_BYTES = 25 * 1024 * 1024  # per all-reduce of `average_gradients`: DDP's default bucket
@@ -55,6 +56,10 @@ class Optimization:
         """(Re)build AdamW and the schedule over `params`: after `fully_shard` the parameters are new objects."""
         warmup_steps = self.warmup_steps
         self.params = [p for p in params if p.requires_grad]
+        if getattr(self, "average", None) is not None:
+            self.average.remove()  # the hooks of the parameters replaced (by fully_shard's)
+        # ddp over several replicas: each bucket's all-reduce starts in the last micro-batch's backward
+        self.average = data_parallel_average(self.params, GRADIENT_BUCKET_BYTES)
         self.optimizer = torch.optim.AdamW(self.params, **self.settings)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
@@ -100,7 +105,9 @@ class Optimization:
             micros = split(mini) if split is not None else list(mini.split(micro_batch_size))
             weights = [weight(micro, mini) if weight is not None else len(micro) / len(mini) for micro in micros]
             weight_sum = sum(weights) or 1.0
-            for micro, share in zip(micros, weights):
+            for index, (micro, share) in enumerate(zip(micros, weights)):
+                if self.average is not None and index == len(micros) - 1:
+                    self.average.arm()  # the last backward: the gradients become final as it runs
                 loss, metrics = loss_fn(micro)
                 (loss * share).backward()
                 for name, value in metrics.items():
@@ -115,14 +122,16 @@ class Optimization:
         return averaged
 
     def clip_and_step(self) -> float:
-        """Average gradients over data-parallel ranks, clip the norm, then step.
+        """Average gradients over data-parallel ranks (the buckets started in the last backward, then the rest),
+        clip the norm, then step.
 
         A non-finite norm skips the step (verl does the same); every rank sees the same norm, so all skip.
         Sharded (FSDP) gradients arrive averaged already, and their norm is computed over the shards.
         """
         from rlgraph.workers.fsdp import total_norm
 
-        average_gradients([p for p in self.params if not hasattr(p, "full_tensor")])
+        if self.average is not None:
+            self.average.finish()
         max_norm = self.grad_clip if self.grad_clip and self.grad_clip > 0 else float("inf")
         grad_norm = total_norm(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
         if math.isfinite(grad_norm):
@@ -163,52 +172,20 @@ class Optimization:
 
 
 def average_gradients(params: list[torch.nn.Parameter], bucket_bytes: int | None = None) -> None:
-    """All-reduce the mean gradient when this process is one rank of a data-parallel group.
+    """All-reduce the mean gradient when this process is one rank of a data-parallel group, all at once (no
+    backward to overlap: `Optimization` starts its buckets during the last backward instead).
 
     The runtime starts the group (`torch.distributed.init_process_group`) in every replica of a role;
     each replica then updates on its own chunk of the batch (`Rollout.split`) and all stay identical,
-    as under DDP. Without a group (one replica) this does nothing.
-
-    Gradients go in buckets of at most `bucket_bytes` (GRADIENT_BUCKET_BYTES), as DDP's do: the flat copy
-    of one bucket is all the extra memory, where one flat copy of every gradient would double it. A
-    gradient larger than a bucket is reduced in place, in slices.
+    as under DDP. Without a group (one replica) this does nothing. Gradients go in buckets of at most
+    `bucket_bytes` (GRADIENT_BUCKET_BYTES), as DDP's do (rlgraph/workers/gradient_sync.py).
     """
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return
-    cap = bucket_bytes or GRADIENT_BUCKET_BYTES
-    world = dist.get_world_size()
-    for p in params:
-        if p.grad is None:  # a rank whose micro-batches never reached this parameter
-            p.grad = torch.zeros_like(p)
-    for grads in gradient_buckets([p.grad for p in params], cap):
-        if len(grads) == 1 and grads[0].is_contiguous():
-            flat = grads[0].view(-1)
-            for part in flat.split(max(1, cap // flat.element_size())):
-                dist.all_reduce(part)
-            flat /= world
-            continue
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        flat /= world
-        for grad, chunk in zip(grads, flat.split([g.numel() for g in grads])):
-            grad.copy_(chunk.view_as(grad))
-
-
-def gradient_buckets(grads: list[torch.Tensor], cap: int) -> Iterator[list[torch.Tensor]]:
-    """Consecutive gradients of one dtype, at most `cap` bytes together (a larger gradient alone)."""
-    bucket: list[torch.Tensor] = []
-    size = 0
-    for grad in grads:
-        nbytes = grad.numel() * grad.element_size()
-        if bucket and (size + nbytes > cap or grad.dtype != bucket[0].dtype):
-            yield bucket
-            bucket, size = [], 0
-        bucket.append(grad)
-        size += nbytes
-    if bucket:
-        yield bucket
+    average = data_parallel_average(params, bucket_bytes or GRADIENT_BUCKET_BYTES)
+    if average is not None:
+        try:
+            average.finish()
+        finally:
+            average.remove()
 
 
 def minibatches(

@@ -21,6 +21,11 @@ model itself: no state dict through Ray's object store, no whole host copy. A mo
 gathered one parameter at a time (`DTensor.full_tensor`, on every rank of its data-parallel group in the
 same order; one gathered parameter more on the sender); only its rank 0 sends.
 
+A rollout colocated with its source that holds weights of its own (sglang, vllm) gets them in its process
+instead (`load_in_process`): the same buckets, packed on the process's device and handed to the engine there,
+with no group. A parameter whose shard lives on the host (param_offload) is gathered on the GPU all the same
+(`gather_device_tensor`): over nccl, not gloo.
+
 Torch only, no Ray: the GPU check script runs it in one process.
 """
 
@@ -108,30 +113,85 @@ def unpack(bucket: Bucket, flat: torch.Tensor) -> list[tuple[str, torch.Tensor]]
 
 @torch.no_grad()
 def send_weights(module: torch.nn.Module, send: Transfer | None, *, device: torch.device | str = "cpu",
-                 cap: int = BUCKET_BYTES, dtype: torch.dtype | str | None = None) -> int:
+                 cap: int = BUCKET_BYTES, dtype: torch.dtype | str | None = None, header: bool = True) -> int:
     """Stream `module`'s weights through `send` (rank 0 of the sync group); bytes sent.
 
     `dtype`: the receiving engine's dtype, which the floating-point parameters travel in (None: each in its
     own). A module sharded with fsdp: every rank of its data-parallel group calls this (each parameter is
-    gathered by all of them in the same order); the ranks outside the sync group pass `send=None`."""
-    weights = _unique_weights(module)
-    buckets = plan_buckets(wire_layout(weights, dtype), cap)
-    if send is not None:
-        header = torch.frombuffer(bytearray(_encode(buckets)), dtype=torch.uint8).to(device)
-        send(torch.tensor([header.numel()], dtype=torch.int64, device=device))
-        send(header)
+    gathered by all of them in the same order); the ranks outside the sync group pass `send=None`.
+    `header` False: the receivers know the layout already (`encoded_layout`, handed to them beforehand: an
+    engine's own processes, which receive only the buckets)."""
+    weights, buckets = sync_layout(module, cap, dtype)
+    if send is not None and header:
+        encoded = torch.frombuffer(bytearray(_encode(buckets)), dtype=torch.uint8).to(device)
+        send(torch.tensor([encoded.numel()], dtype=torch.int64, device=device))
+        send(encoded)
     sent = 0
-    for bucket in buckets:
-        tensors = (_full(weights[name]) for name in bucket.names)
-        if send is None:
-            for _ in tensors:  # take part in the gathers only
-                pass
+    for _, flat in packed_buckets(weights, buckets, device, gather_only=send is None):
+        if flat is None:
             continue
-        flat = pack(bucket, tensors, device)
         send(flat)
         sent += flat.numel() * flat.element_size()
         del flat
     return sent
+
+
+@torch.no_grad()
+def load_in_process(module: torch.nn.Module, load: Callable[[list[tuple[str, torch.Tensor]]], None] | None, *,
+                    device: torch.device | str = "cpu", cap: int = BUCKET_BYTES, dtype: torch.dtype | str | None = None,
+                    keep_buckets: bool = False) -> int:
+    """Hand `module`'s weights to an engine in this process (`load`, with each bucket's (name, tensor) pairs),
+    bucket by bucket on `device`, with no group and no copy through the host; bytes handed over.
+
+    For a rollout colocated with its source without generating with its module: the engine is in this process
+    (vLLM's core) or reached from it (SGLang's scheduler processes take each bucket's tensors as CUDA-IPC
+    handles, on the same GPUs: `update_weights_from_tensor`). A sharded source: every rank calls this, in the
+    same order (each parameter is gathered by all of them); a rank that hosts no replica of the rollout passes
+    `load=None` and only takes part in the gathers. `keep_buckets` as for `receive_weights`."""
+    weights, buckets = sync_layout(module, cap, dtype)
+    loaded = 0
+    kept: list[torch.Tensor] = []
+    for bucket, flat in packed_buckets(weights, buckets, device, gather_only=load is None):
+        if flat is None:
+            continue
+        load(unpack(bucket, flat))
+        loaded += flat.numel() * flat.element_size()
+        if keep_buckets:
+            kept.append(flat)
+        del flat
+    return loaded
+
+
+def encoded_layout(module: torch.nn.Module, cap: int = BUCKET_BYTES, dtype: torch.dtype | str | None = None) -> bytes:
+    """The header `send_weights` would send (the buckets' names, shapes and dtype), for receivers told it
+    another way; `decoded_layout` reads it back. No gather: the shapes are the whole tensors'."""
+    return _encode(sync_layout(module, cap, dtype)[1])
+
+
+def decoded_layout(raw: bytes) -> list[Bucket]:
+    return list(_decode(raw))
+
+
+def sync_layout(module: torch.nn.Module, cap: int, dtype: torch.dtype | str | None
+                ) -> tuple[dict[str, torch.Tensor], list[Bucket]]:
+    """The weights a sync moves (one name per tied tensor) and their buckets, in the dtype they travel in."""
+    weights = _unique_weights(module)
+    return weights, plan_buckets(wire_layout(weights, dtype), cap)
+
+
+def packed_buckets(weights: dict[str, torch.Tensor], buckets: list[Bucket], device: torch.device | str, *,
+                   gather_only: bool = False) -> Iterator[tuple[Bucket, torch.Tensor | None]]:
+    """Each bucket packed into one flat tensor on `device`, one at a time (sharded parameters gathered as they
+    are packed). `gather_only`: a rank of a sharded module that takes part in the gathers and packs nothing
+    (None in place of each bucket)."""
+    for bucket in buckets:
+        tensors = (_full(weights[name]) for name in bucket.names)
+        if gather_only:
+            for _ in tensors:
+                pass
+            yield bucket, None
+        else:
+            yield bucket, pack(bucket, tensors, device)
 
 
 def receive_weights(receive: Transfer, load: Callable[[list[tuple[str, torch.Tensor]]], None], *,
@@ -195,13 +255,39 @@ def open_store(host: str, world_size: int, timeout_s: float) -> Any:
     return rendezvous.listen_store(host, 0, world_size, timeout_s)
 
 
-def broadcaster(group: Any) -> Transfer:
-    """A broadcast from rank 0 of `group`, sent as bytes (every backend moves bytes; not every one each dtype)."""
+def broadcaster(group: Any, as_bytes: bool = True) -> Transfer:
+    """A broadcast from rank 0 of `group`, sent as bytes (every backend moves bytes; not every one each dtype),
+    or in the tensor's own dtype (`as_bytes` False: receivers that post it typed, as nccl needs the same count
+    and dtype on every rank)."""
 
     def transfer(tensor: torch.Tensor) -> None:
-        group.broadcast(tensor.view(torch.uint8) if tensor.dtype != torch.uint8 else tensor, 0).wait()
+        group.broadcast(tensor.view(torch.uint8) if as_bytes and tensor.dtype != torch.uint8 else tensor, 0).wait()
 
     return transfer
+
+
+def open_engine_group(store: Any, world_size: int, backend: str, *, group_name: str,
+                      collective_timeout_s: float) -> Any:
+    """Rank 0 of a group whose other ranks are a rollout engine's own processes (SGLang's schedulers, joined
+    by `init_weights_update_group`), over the store rank 0 opened (`open_store`).
+
+    The engine builds its side with torch's own group constructor over the store under `group_name`
+    (sglang.srt.utils init_custom_process_group: a tcp:// rendezvous to this store, a PrefixStore named
+    after the group, then torch's `_new_process_group_helper`, which prefixes the store again by group and
+    device); this side is built the same way, so that both read and write the same keys."""
+    from torch.distributed.distributed_c10d import Backend, PrefixStore, _new_process_group_helper, _world
+
+    timeout = datetime.timedelta(seconds=collective_timeout_s)
+    group, _ = _new_process_group_helper(world_size, 0, [], Backend(backend), PrefixStore(group_name, store),
+                                         group_name=group_name, timeout=timeout)
+    _world.pg_group_ranks[group] = {rank: rank for rank in range(world_size)}
+    return group
+
+
+def local_device() -> torch.device:
+    """Where an in-process sync packs its buckets: this process's current GPU (the engine beside it reads them
+    there), else the CPU."""
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
 def transport_device(backend: str) -> torch.device:
@@ -251,8 +337,27 @@ def _unique_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def _full(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+def _full(tensor: Any) -> torch.Tensor:
+    """The whole tensor: a sharded parameter gathered, a merged LoRA weight computed, anything else as it is."""
+    if not hasattr(tensor, "full_tensor"):
+        return tensor
+    return gather_device_tensor(tensor).full_tensor()
+
+
+def gather_device_tensor(tensor: Any) -> Any:
+    """A DTensor whose shard lives on the host (param_offload: FSDP2's CPU offload keeps the shards there)
+    with its shard moved to this process's GPU, so that its gather runs over nccl, one parameter at a time,
+    not over gloo through host memory; anything else as it is (on a CPU there is nothing to move)."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(tensor, DTensor) or not torch.cuda.is_available():
+        return tensor
+    local = tensor.to_local()
+    if local.device.type != "cpu" or tensor.device_mesh.device_type != "cuda":
+        return tensor
+    return DTensor.from_local(local.to(torch.device("cuda", torch.cuda.current_device()), non_blocking=True),
+                              tensor.device_mesh, tensor.placements, run_check=False, shape=tensor.shape,
+                              stride=tensor.stride())
 
 
 def _bucket(dtype: torch.dtype, entries: list[tuple[str, tuple[int, ...]]]) -> Bucket:

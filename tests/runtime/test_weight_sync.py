@@ -190,6 +190,201 @@ def test_buckets_an_engine_reads_later_stay_allocated_until_the_update_ends(keep
     assert all(ref() is None for ref in buffers)  # nothing outlives the update
 
 
+# --- to an engine in the source's own process (path in_process), no Ray ---
+
+
+class RecordingEngine:
+    """Keeps only what an IPC handle would, the memory the tensors live in and no reference to it, and checks
+    that memory only when the update ends, as SGLang's queued copies read it after its load has answered."""
+
+    def __init__(self) -> None:
+        import weakref
+
+        self.weakref = weakref.ref
+        self.loads: list[dict[str, torch.Tensor]] = []  # what each load was handed (copies, for the checks)
+        self.memory: list[tuple[object, torch.Tensor]] = []  # (weak ref to a load's buffer, what it held then)
+
+    def load(self, pairs):
+        self.loads.append({name: t.clone() for name, t in pairs})
+        buffer = pairs[0][1]._base if pairs[0][1]._base is not None else pairs[0][1]
+        assert all(t.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr() for _, t in pairs)
+        self.memory.append((self.weakref(buffer), buffer.clone()))
+
+    def alive(self) -> bool:
+        return all(ref() is not None for ref, _ in self.memory)
+
+    def unchanged(self) -> bool:
+        return all(ref() is not None and torch.equal(ref(), then) for ref, then in self.memory)
+
+
+def test_an_in_process_sync_hands_a_bf16_engine_its_cast_weights_in_buckets_of_half_the_bytes():
+    sender = _tiny_module()
+    engine = RecordingEngine()
+    loaded = ws.load_in_process(sender, engine.load, cap=1024, dtype="bfloat16", keep_buckets=True)
+    parameters = {n for n, _ in sender.named_parameters()}
+    received = {name: tensor for load in engine.loads for name, tensor in load.items()}
+    assert set(received) == set(sender.state_dict()) - {"head.weight"}  # a tied weight once
+    assert {n: t.dtype for n, t in received.items() if n in parameters} == dict.fromkeys(parameters - {"head.weight"},
+                                                                                         torch.bfloat16)
+    for name, tensor in received.items():
+        expected = sender.state_dict()[name]
+        assert torch.equal(tensor, expected.to(torch.bfloat16) if name in parameters else expected), name
+    sizes = [sum(t.numel() * t.element_size() for t in load.values()) for load in engine.loads]
+    assert len(sizes) > 2 and all(size <= 1024 or len(load) == 1 for size, load in zip(sizes, engine.loads))
+    full_precision = ws.load_in_process(sender, lambda pairs: None, cap=1024)
+    buffer_bytes, bf16_norm = sender.scale.numel() * 4, sum(p.numel() * 2 for p in sender.norm.parameters())
+    assert loaded == (full_precision - buffer_bytes - bf16_norm) // 2 + buffer_bytes + bf16_norm
+
+
+@pytest.mark.parametrize("keep_buckets", [True, False])
+def test_an_in_process_sync_keeps_the_buckets_an_engine_reads_later_alive_and_unmodified_until_it_ends(keep_buckets):
+    """Checked when the update ends, not at each load: with keep_buckets every tensor handed to the engine is
+    still allocated then and holds what it held when handed over; without it the buffers are gone."""
+    seen_at_end: dict[str, bool] = {}
+    engine = RecordingEngine()
+
+    def load(pairs):
+        engine.load(pairs)
+        if len(engine.loads) == 4:  # the last bucket of this module at this cap: the update's end, seen from inside
+            seen_at_end.update(alive=engine.alive(), unchanged=engine.unchanged())
+
+    ws.load_in_process(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)), load, cap=64,
+                       keep_buckets=keep_buckets)
+    assert len(engine.loads) == 4
+    assert seen_at_end == {"alive": keep_buckets, "unchanged": keep_buckets}
+    assert all(ref() is None for ref, _ in engine.memory)  # nothing outlives the update
+
+
+# --- which path a plan's sync takes ---
+
+
+def _colocated_own_copy(plan, rollout_replicas: int | None = None, strategy: str = "ddp"):
+    """`plan` (colocated) with a rollout that holds weights of its own (engine vllm), optionally fewer replicas
+    than the actor (each in an actor process), and the actor's strategy."""
+    roles = []
+    for r in plan.roles:
+        if r.name == "rollout":
+            r = dataclasses.replace(r, settings=dataclasses.replace(r.settings, engine="vllm"),
+                                    replicas=rollout_replicas or r.replicas)
+        if r.name == "actor":
+            r = dataclasses.replace(r, settings=dataclasses.replace(ACTOR, strategy=strategy))
+        roles.append(r)
+    plan.roles = roles
+    if rollout_replicas is not None:
+        plan.placements = [p for p in plan.placements if p.role != "rollout" or p.replica < rollout_replicas]
+    return plan
+
+
+def _path(plan):
+    from rlgraph.runtime.roles import worker_specs
+    from rlgraph.runtime.weight_sync import collective_edges, in_process_edges, sync_path
+
+    specs = worker_specs(plan, {r.name: "builtin:arith-gpt" for r in plan.roles})
+    return sync_path(plan, specs, "actor", "rollout"), collective_edges(plan, specs), in_process_edges(plan, specs)
+
+
+def test_the_sync_path_a_plan_takes():
+    from rlgraph.plan.model import Placement
+
+    assert _path(grpo_plan(actor_replicas=2))[0] == "alias"  # engine hf colocated: the actor's module in place
+    path, collective, in_process = _path(grpo_plan(rollout_pool="gen", rollout_replicas=2))
+    assert path == "collective" and [e.processes for e in collective] == [("actor/0", "rollout/0", "rollout/1")]
+    assert in_process == []
+
+    path, collective, in_process = _path(_colocated_own_copy(grpo_plan(actor_replicas=2)))
+    assert path == "in_process" and collective == []
+    assert [(e.gatherers, e.loaders) for e in in_process] == [((), ("actor/0", "actor/1"))]
+    # a sharded actor with a rollout replica in one of its two processes: the other only gathers
+    _, _, in_process = _path(_colocated_own_copy(grpo_plan(actor_replicas=2), rollout_replicas=1, strategy="fsdp"))
+    assert [(e.gatherers, e.loaders, e.receivers) for e in in_process] == [(("actor/1",), ("actor/0",), 1)]
+    # unsharded, every replica holds the whole model: the process without a rollout replica has nothing to do
+    _, _, in_process = _path(_colocated_own_copy(grpo_plan(actor_replicas=2), rollout_replicas=1))
+    assert [(e.gatherers, e.loaders) for e in in_process] == [((), ("actor/0",))]
+
+    mixed = _colocated_own_copy(grpo_plan(actor_replicas=1))  # one replica beside the actor, one on a pool of its own
+    mixed.pools.append(dataclasses.replace(mixed.pools[0], name="gen"))
+    mixed.placements.append(Placement("rollout", 1, "gen", 0, 0, [0], "rollout/1"))
+    mixed.roles = [dataclasses.replace(r, replicas=2) if r.name == "rollout" else r for r in mixed.roles]
+    assert _path(mixed) == ("object_store", [], [])
+
+
+# --- an own-pool sync straight into the engine's own processes (SGLang's schedulers) ---
+
+
+class FakeHandle:
+    """A process handle whose calls are recorded (method, args) and answered from `answers` (put into Ray)."""
+
+    def __init__(self, name: str, log: list, answers: dict | None = None) -> None:
+        self.name, self.log, self.answers = name, log, answers or {}
+
+    def __getattr__(self, method):
+        handle = self
+
+        class Method:
+            @staticmethod
+            def remote(*args, **kwargs):
+                handle.log.append((handle.name, method, args))
+                return ray.put(handle.answers[method]) if method in handle.answers else f"{handle.name}.{method}"
+
+        return Method
+
+
+def _gpu_sglang_plan(replicas: int = 2):
+    plan = grpo_plan(rollout_pool="gen", rollout_replicas=replicas)
+    plan.pools = [dataclasses.replace(p, device="gpu") for p in plan.pools]
+    plan.roles = [dataclasses.replace(r, settings=dataclasses.replace(r.settings, engine="sglang", dtype="bfloat16"))
+                  if r.name == "rollout" else r for r in plan.roles]
+    return plan
+
+
+def test_an_own_pool_sglang_sync_goes_into_its_schedulers_where_every_engine_can(ray_session):
+    from types import SimpleNamespace
+
+    from rlgraph.runtime.roles import worker_specs
+    from rlgraph.runtime.weight_sync import collective_edges, into_engine_processes
+
+    plan = _gpu_sglang_plan()
+    (edge,) = collective_edges(plan, worker_specs(plan, {r.name: "builtin:arith-gpt" for r in plan.roles}))
+    assert edge.backend == "nccl" and edge.world_size == 3
+
+    def lowered(*answers):
+        log: list = []
+        processes = {"actor/0": FakeHandle("actor/0", log)}
+        processes.update({f"rollout/{i}": FakeHandle(f"rollout/{i}", log, {"engine_group_receiver": a})
+                          for i, a in enumerate(answers)})
+        return SimpleNamespace(processes=processes)
+
+    tp2 = {"ranks": 2, "as_bytes": True}
+    into = into_engine_processes(plan, lowered(tp2, tp2), edge)
+    assert (into.engine_ranks, into.world_size, into.as_bytes) == ((2, 2), 5, True)  # rank 0 + 2 x tp 2
+    assert into_engine_processes(plan, lowered(tp2, None), edge) == edge  # one engine cannot: its processes receive
+    typed = {"ranks": 2, "as_bytes": False}
+    assert into_engine_processes(plan, lowered(tp2, typed), edge) == edge  # the engines disagree on the wire
+    gloo = dataclasses.replace(edge, backend="gloo")
+    assert into_engine_processes(plan, lowered(), gloo) == gloo  # not asked: SGLang's path is nccl only
+
+
+def test_a_sync_into_the_engines_processes_sends_their_layout_before_the_buckets():
+    from types import SimpleNamespace
+
+    from rlgraph.runtime.group import Member
+    from rlgraph.runtime.weight_sync import SyncEdge, start_sync
+
+    log: list = []
+    processes = {p: FakeHandle(p, log) for p in ("actor/0", "rollout/0", "rollout/1")}
+    group = SimpleNamespace(members_for_one=lambda: [Member(processes["actor/0"], 0, "actor/0")])
+    lowered = SimpleNamespace(processes=processes, groups={"actor": group})
+    edge = SyncEdge("actor", "rollout", ("actor/0", "rollout/0", "rollout/1"), "nccl", "bfloat16",
+                    engine_ranks=(1, 1))
+    refs = start_sync(lowered, edge, bucket_bytes=64)
+    assert [(name, method) for name, method, _ in log] == [
+        ("actor/0", "weight_sync_layout"), ("actor/0", "send_weights"),
+        ("rollout/0", "receive_weights_in_engine"), ("rollout/1", "receive_weights_in_engine")]
+    assert log[0][2] == ("actor", 64, "bfloat16")
+    assert all(args[2] == "actor/0.weight_sync_layout" for _, method, args in log[2:])  # each is handed the layout
+    assert refs[-edge.receivers:] == ["rollout/0.receive_weights_in_engine", "rollout/1.receive_weights_in_engine"]
+
+
 def test_an_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="expected gloo or nccl"):
         ws.open_group("127.0.0.1", 1, 0, 1, "mpi", rendezvous_timeout_s=1, collective_timeout_s=1, store=object())
@@ -319,6 +514,41 @@ def test_a_sharded_actor_gathers_on_every_rank_and_rank_0_sends(ray_session, ari
         _driver(started).sync_weights()
         assert _seen(started) == []
         _assert_equal(_rollout_weights(started)[0], actor)
+
+
+class OwnCopyProcess(ProbeProcess):
+    """Builds a colocated `engine = vllm` rollout with the hf engine instead: a RolloutWorker with weights of its
+    own in the actor's process, as a vllm or sglang rollout is, without starting vLLM."""
+
+    def _build(self, spec):
+        if spec.worker == "rollout" and spec.settings.engine == "vllm":
+            spec = dataclasses.replace(spec, settings=dataclasses.replace(spec.settings, engine="hf"))
+        return super()._build(spec)
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_a_colocated_rollout_with_its_own_copy_gets_the_cast_weights_in_its_process(ray_session, arith_model,
+                                                                                     sharded):
+    """Path in_process: no state_dict / load_state_dict call (nothing through the object store) and no group; the
+    bf16 rollout holds exactly the actor's weights cast to bf16. Sharded over 2 processes with the rollout in
+    one, the other takes part in the gathers only."""
+    plan = _colocated_own_copy(grpo_plan(actor_replicas=2), rollout_replicas=1, strategy="fsdp" if sharded else "ddp")
+    plan.roles = [dataclasses.replace(r, settings=dataclasses.replace(r.settings, dtype="bfloat16"))
+                  if r.name == "rollout" else r for r in plan.roles]
+    with Started(plan, process_class=OwnCopyProcess) as started:
+        from rlgraph.runtime.weight_sync import InProcessEdge
+
+        edge = started.lowered.sync_edges[("actor", "rollout")]
+        assert isinstance(edge, InProcessEdge) and edge.loaders == ("actor/0",)
+        assert edge.gatherers == (("actor/1",) if sharded else ())
+        for i, member in enumerate(started.lowered.groups["actor"].members):  # each rank nudges its own shard
+            ray.get(member.handle.nudge.remote("actor", 20 + i))
+        actor = _full_actor(started)
+        assert any(not torch.equal(_rollout_weights(started)[0][k], actor[k].to(torch.bfloat16)) for k in actor)
+        _seen(started)
+        assert _driver(started).sync_weights() > 0
+        assert _seen(started) == []
+        _assert_equal(_rollout_weights(started)[0], {k: t.to(torch.bfloat16) for k, t in actor.items()})
 
 
 def test_a_run_with_its_rollout_on_its_own_pool_resumes_bit_identical(ray_session, arith_model, tmp_path):

@@ -243,6 +243,94 @@ def test_a_sync_into_sglang_keeps_every_bucket_until_the_update_ends(tokenizer):
     assert all(ref() is None for ref in ReadsLater.buffers)  # and none kept after it
 
 
+def test_a_colocated_sync_into_sglang_hands_it_bf16_buckets_kept_until_the_update_ends(tokenizer):
+    """Path in_process (DeviceProcess.sync_in_process): the actor's fp32 weights go to the adapter in the
+    rollout's dtype, in buckets on this process's device, with no group and no host copy (SGLang then takes
+    them as CUDA-IPC handles); every bucket stays allocated, holding what it was handed, until the update ends."""
+    import weakref
+
+    from rlgraph.runtime.process import DeviceProcess
+    from rlgraph.workers import RolloutWorker
+
+    class ReadsLater(StandInEngine):
+        buffers: list[tuple[weakref.ref, torch.Tensor]] = []  # (the bucket, what it held when handed over)
+        handed: dict[str, torch.Tensor] = {}
+        at_the_last: list[bool] = []  # at the last bucket: every earlier one alive and unchanged
+
+        def update_weights_from_tensor(self, named_tensors, flush_cache):
+            base = named_tensors[0][1]._base
+            self.buffers.append((weakref.ref(base), base.clone()))
+            self.handed.update((name, t.clone()) for name, t in named_tensors)
+            if len(self.buffers) == 4:  # four tensors, one bucket each at this cap
+                self.at_the_last.append(all(ref() is not None and torch.equal(ref(), then)
+                                            for ref, then in self.buffers))
+            return super().update_weights_from_tensor(named_tensors, flush_cache)
+
+    class Actor:  # what sync_in_process reads of the source's worker
+        module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+
+    engine = ReadsLater()
+    worker = object.__new__(RolloutWorker)
+    worker.engine = SGLangEngine(engine, tokenizer, eos_token_ids=[EOS], weight_names=None, memory_types=())
+    process = DeviceProcess("actor/0", 0, [], num_threads=1)
+    process.workers.update(actor=Actor(), rollout=worker)
+    assert process.sync_in_process("actor", "rollout", 64, "bfloat16") > 0
+    assert engine.at_the_last == [True]
+    assert all(ref() is None for ref, _ in engine.buffers)  # and none kept after the update
+    expected = {n: t.detach().to(torch.bfloat16) for n, t in Actor.module.state_dict().items()}
+    assert engine.handed.keys() == expected.keys()
+    assert all(engine.handed[n].dtype == torch.bfloat16 and torch.equal(engine.handed[n], t) for n, t in expected.items())
+    assert worker.engine.cache_stale  # the next generate flushes SGLang's prefix cache first
+
+
+def test_an_own_pool_sync_has_sglangs_schedulers_join_the_group_and_take_each_bucket(tokenizer):
+    """DeviceProcess.join_engine_weight_sync and receive_weights_in_engine into the adapter: the schedulers join as
+    ranks from the offset, then each bucket of the layout rank 0 gave is one update_weights_from_distributed
+    (flattened, in the bucket's dtype, no cache flush per bucket); a failure SGLang reports is an error."""
+    from rlgraph.runtime.process import DeviceProcess
+    from rlgraph.workers import RolloutWorker
+    from rlgraph.workers import weight_sync as ws
+
+    class Schedulers(StandInEngine):
+        answer = (True, "Succeeded to update parameter online.")
+
+        def init_weights_update_group(self, **kwargs):
+            self.calls.append(("init_weights_update_group", kwargs))
+            return True, "ok"
+
+        def update_weights_from_distributed(self, **kwargs):
+            self.calls.append(("update_weights_from_distributed", kwargs))
+            return self.answer
+
+    class Actor:
+        module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4))
+
+    engine = Schedulers()
+    worker = object.__new__(RolloutWorker)
+    worker.engine = SGLangEngine(engine, tokenizer, eos_token_ids=[EOS], weight_names=None, memory_types=(), tp=2)
+    assert worker.engine.group_receiver() is None  # no sglang here: the rollout process receives, as before
+    process = DeviceProcess("rollout/1", 0, [], num_threads=1)
+    process.workers.update(actor=Actor(), rollout=worker)
+    process.join_engine_weight_sync("rollout", "actor->rollout", "10.0.0.1", 29500, 3, 5)
+    assert engine.calls == [("init_weights_update_group", dict(
+        master_address="10.0.0.1", master_port=29500, rank_offset=3, world_size=5, group_name="actor->rollout",
+        backend="nccl"))]
+    engine.calls.clear()
+    layout = process.weight_sync_layout("actor", 64, "bfloat16")
+    assert process.receive_weights_in_engine("rollout", "actor->rollout", layout) >= 0
+    buckets = ws.decoded_layout(layout)
+    assert len(buckets) == len(engine.calls) > 1
+    for bucket, (method, kwargs) in zip(buckets, engine.calls):
+        assert method == "update_weights_from_distributed"
+        assert kwargs == dict(names=list(bucket.names), dtypes=["bfloat16"] * len(bucket.names),
+                              shapes=[list(s) for s in bucket.shapes], group_name="actor->rollout", flush_cache=False,
+                              load_format="flattened_bucket")
+    assert worker.engine.cache_stale
+    engine.answer = (False, "Failed to update parameter online: shape mismatch")
+    with pytest.raises(Exception, match="shape mismatch"):
+        process.receive_weights_in_engine("rollout", "actor->rollout", layout)
+
+
 def test_weights_of_another_architecture_are_refused(adapter):
     with pytest.raises(ValueError, match="no parameter named transformer.h.0.attn.weight"):
         adapter.load_weights({"transformer.h.0.attn.weight": torch.ones(1)})
@@ -298,6 +386,13 @@ def test_the_adapters_calls_match_the_installed_sglang():
     assert {"input_ids", "sampling_params", "return_logprob"} <= _parameters(engine.generate)
     assert {"named_tensors", "flush_cache"} <= _parameters(engine.update_weights_from_tensor)
     assert "tags" in _parameters(engine.resume_memory_occupation)
+    assert {"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"} <= _parameters(
+        engine.init_weights_update_group)
+    assert {"names", "dtypes", "shapes", "group_name", "flush_cache", "load_format"} <= _parameters(
+        engine.update_weights_from_distributed)
+    from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorBucket  # what group_receiver reads
+
+    assert isinstance(getattr(FlattenedTensorBucket, "supports_multi_dtypes", False), bool)
     for method in ("release_memory_occupation", "flush_cache", "shutdown"):
         assert callable(getattr(engine, method)), method
     assert WEIGHTS == GPU_MEMORY_TYPE_WEIGHTS and WEIGHTS in GPU_MEMORY_ALL_TYPES

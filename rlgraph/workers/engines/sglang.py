@@ -16,6 +16,10 @@ What it calls:
   triples (log-prob, token id, text)
 - `Engine.update_weights_from_tensor(named_tensors=[(name, tensor), ...], flush_cache=False)` per bucket, and
   `Engine.flush_cache()` before the next generation (a prefix cache filled by the old weights is stale)
+- on a pool of its own over nccl: `Engine.init_weights_update_group(master_address=, master_port=, rank_offset=,
+  world_size=, group_name=, backend="nccl")` once, then per bucket `Engine.update_weights_from_distributed(names=,
+  dtypes=, shapes=, group_name=, flush_cache=False, load_format="flattened_bucket")`: the trainer's rank 0
+  broadcasts each bucket into the schedulers themselves (rlgraph/runtime/weight_sync.py)
 - `Engine.release_memory_occupation()` / `Engine.resume_memory_occupation(tags=[...])`
 - `Engine.shutdown()`
 
@@ -55,8 +59,9 @@ class SGLangEngine(Engine):
     capabilities = ENGINES["sglang"]
 
     def __init__(self, engine: Any, tokenizer: Any, *, eos_token_ids: list[int], weight_names: set[str] | None,
-                 memory_types: Sequence[str]) -> None:
+                 memory_types: Sequence[str], tp: int = 1) -> None:
         self.engine = engine  # a sglang.Engine
+        self.tp = tp  # its scheduler processes, one per GPU: the ranks it brings to a weight-sync group
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
         self.pad_token_id = pad_token_id(tokenizer, eos_token_ids)
@@ -103,7 +108,7 @@ class SGLangEngine(Engine):
         tokenizer = load_tokenizer(path)
         engine = sglang.Engine(**args)
         return cls(engine, tokenizer, eos_token_ids=stop_token_ids(tokenizer.eos_token_id, shipped_eos_ids(path)),
-                   weight_names=checkpoint_weight_names(path), memory_types=GPU_MEMORY_ALL_TYPES)
+                   weight_names=checkpoint_weight_names(path), memory_types=GPU_MEMORY_ALL_TYPES, tp=tp)
 
     # --- generation ---
 
@@ -133,9 +138,45 @@ class SGLangEngine(Engine):
         if WEIGHTS in self.released:
             self.engine.resume_memory_occupation(tags=[WEIGHTS])
             self.released.discard(WEIGHTS)
-        result = self.engine.update_weights_from_tensor(named_tensors=named, flush_cache=False)
-        if isinstance(result, tuple) and result and result[0] is False:  # (success, message)
-            raise RuntimeError(f"SGLang did not take the weights: {result[1] if len(result) > 1 else result}")
+        _check(self.engine.update_weights_from_tensor(named_tensors=named, flush_cache=False), "take the weights")
+        self.cache_stale = True
+
+    # --- a weight sync into SGLang's own processes (a rollout on a pool of its own, over nccl) ---
+
+    def group_receiver(self) -> dict[str, Any] | None:
+        """How this engine's schedulers join a weight-sync group and take each bucket themselves
+        (`init_weights_update_group`, `update_weights_from_distributed(load_format="flattened_bucket")`): how
+        many ranks they are, and whether a bucket travels as bytes (SGLang's FlattenedTensorBucket flattens
+        several dtypes to bytes where it says `supports_multi_dtypes`; earlier ones keep the bucket's dtype, and
+        nccl needs both sides to agree). None where this SGLang has no such path."""
+        try:
+            from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorBucket
+        except Exception:  # an SGLang without it, or none (a stand-in)
+            return None
+        import inspect
+
+        receive = getattr(self.engine, "update_weights_from_distributed", None)
+        if receive is None or "load_format" not in inspect.signature(receive).parameters:
+            return None
+        return {"ranks": self.tp, "as_bytes": bool(getattr(FlattenedTensorBucket, "supports_multi_dtypes", False))}
+
+    def join_sync_group(self, host: str, port: int, rank_offset: int, world_size: int, group_name: str) -> None:
+        """The schedulers join rank 0's group as ranks rank_offset .. rank_offset + tp - 1 (over nccl)."""
+        result = self.engine.init_weights_update_group(master_address=host, master_port=port, rank_offset=rank_offset,
+                                                       world_size=world_size, group_name=group_name, backend="nccl")
+        _check(result, "join the weight-sync group")
+
+    def receive_bucket(self, names: Sequence[str], dtype: str, shapes: Sequence[Sequence[int]], group_name: str) -> None:
+        """One bucket of a sync, broadcast by rank 0 straight into the schedulers, which load it."""
+        if self.weight_names is not None:
+            check_weight_names(names, self.weight_names | {_TIED_HEAD})
+        if WEIGHTS in self.released:
+            self.engine.resume_memory_occupation(tags=[WEIGHTS])
+            self.released.discard(WEIGHTS)
+        result = self.engine.update_weights_from_distributed(
+            names=list(names), dtypes=[dtype] * len(names), shapes=[list(s) for s in shapes], group_name=group_name,
+            flush_cache=False, load_format="flattened_bucket")
+        _check(result, "take the weights")
         self.cache_stale = True
 
     def release_memory(self) -> None:
@@ -156,6 +197,12 @@ class SGLangEngine(Engine):
 # --- the pure parts: what goes to SGLang and what comes back ---
 
 
+def _check(result: Any, action: str) -> None:
+    """SGLang answers a weight call with (success, message): a failure is an error, not a silent skip."""
+    if isinstance(result, tuple) and result and result[0] is False:
+        raise RuntimeError(f"SGLang did not {action}: {result[1] if len(result) > 1 else result}")
+
+
 def server_args(model_folder: str, *, dtype: Any, device: str | None, memory_fraction: float | None,
                 tp: int, max_sequences: int | None = None, deterministic: bool = False) -> dict[str, Any]:
     """`sglang.Engine`'s keyword arguments (its ServerArgs fields)."""
@@ -169,7 +216,12 @@ def server_args(model_folder: str, *, dtype: Any, device: str | None, memory_fra
         "tp_size": tp,
         "dtype": str(dtype).removeprefix("torch."),
         "base_gpu_id": int(index or 0),
-        # release_memory_occupation needs the memory saver; the CPU copy keeps the weights across a release
+        # release_memory_occupation needs the memory saver. The CPU copy keeps the weights across a release, and
+        # it is needed even though every sync overwrites the parameters: SGLang builds its whole model inside the
+        # memory saver's weights region, so tensors made at load and never synced (rotary cos/sin caches, any
+        # buffer a model computes in __init__) would come back undefined from a release without it (verl keeps it
+        # on for a colocated SGLang for the same reason). It costs a host copy only where the weights are
+        # released, i.e. colocated; an own-pool engine that never releases copies nothing.
         "enable_memory_saver": True,
         "enable_weights_cpu_backup": True,
     }
