@@ -179,6 +179,16 @@ class LogProbSettings:
 
 
 @dataclass(frozen=True)
+class TopKSettings:
+    """A frozen role's k most likely next tokens at each response position (a distillation teacher's)."""
+
+    k: int | None  # None: the whole vocabulary (the full distribution)
+    temperature: float  # the distribution's temperature (the student's is the same: DistillSettings)
+    micro_batch: int | None
+    micro_batch_tokens: int | None
+
+
+@dataclass(frozen=True)
 class ForwardSettings:
     """A forward pass over the batch: critic values, reward-model scores."""
 
@@ -231,6 +241,21 @@ class SftSettings:
     micro_batch: int | None
     micro_batch_tokens: int | None
     loss_agg: str
+
+
+@dataclass(frozen=True)
+class ActorDistillSettings:
+    """On-policy distillation: the student's divergence from the teacher's next-token distribution at every
+    position of its own samples (rlgraph/algos/distill.py, GKD's generalized JSD)."""
+
+    epochs: int
+    minibatch: int | None  # prompts per optimizer step, as written (None = the whole batch)
+    mini_batch_size: int | None  # the same in samples per replica: minibatch x n / replicas
+    micro_batch: int | None
+    micro_batch_tokens: int | None
+    loss_agg: str
+    beta: float  # 1: reverse KL(student || teacher); 0: forward KL(teacher || student); between: the JSD
+    temperature: float  # both distributions' temperature (the teacher's top_k call's)
 
 
 @dataclass(frozen=True)

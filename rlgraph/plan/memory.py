@@ -416,7 +416,7 @@ def micro_pass(step: StepShape, role: Decl, kwargs: dict, samples: int, split: i
                 split=split)
 
 
-FORWARD_METHODS = ("log_prob", "values", "score")
+FORWARD_METHODS = ("log_prob", "values", "score", "top_k")
 VALUE_HEADS = ("critic", "reward_model")  # one score per position: no vocabulary logits
 
 

@@ -407,8 +407,9 @@ class Trainer:
 
 
 SAMPLES_FILE = "samples.jsonl"
-# a supervised run's rows of the summary table, when its records have them
-SUPERVISED_ROWS = (("val loss (val/sft_loss)", "val/sft_loss"), ("train loss (actor/sft_loss)", "actor/sft_loss"))
+# a supervised or distilling run's rows of the summary table, when its records have them
+SUPERVISED_ROWS = (("val loss (val/sft_loss)", "val/sft_loss"), ("train loss (actor/sft_loss)", "actor/sft_loss"),
+                   ("divergence from the teacher (actor/distill_loss)", "actor/distill_loss"))
 
 
 def write_samples(path: Path, samples: list[dict[str, Any]]) -> None:
