@@ -20,7 +20,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class OptimSettings:
-    """AdamW with linear warm-up, then a constant learning rate."""
+    """AdamW with linear warm-up, then a constant learning rate or a cosine decay to the run's last step."""
 
     lr: float
     betas: tuple[float, float]
@@ -28,6 +28,9 @@ class OptimSettings:
     warmup_steps: int  # with warmup_ratio: int(ratio x the run's steps), filled in once those are known
     warmup_ratio: float | None  # the spec's optim.warmup_ratio (verl: lr_warmup_steps_ratio); None = not given
     grad_clip: float | None  # clip the global gradient norm to this; None = off (the spec's 0)
+    schedule: str  # constant | cosine (after the warm-up)
+    min_lr_ratio: float  # cosine: the lr of the last step, as a share of lr
+    decay_steps: int | None  # cosine: the run's steps (train.steps; with train.epochs filled in once known); else None
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,8 @@ def _optim(program: Program, values: dict[str, Any]) -> s.OptimSettings:
     steps = planned_steps(program)
     # verl: int(lr_warmup_steps_ratio x total_training_steps); with train.epochs the run fills it in
     warmup = int(ratio * steps) if ratio is not None and steps is not None else o["warmup_steps"]
-    return s.OptimSettings(o["lr"], tuple(o["betas"]), o["weight_decay"], warmup, ratio, o["grad_clip"] or None)
+    return s.OptimSettings(o["lr"], tuple(o["betas"]), o["weight_decay"], warmup, ratio, o["grad_clip"] or None,
+                           o["schedule"], o["min_lr_ratio"], steps if o["schedule"] == "cosine" else None)
 
 
 def planned_steps(program: Program) -> int | None:
