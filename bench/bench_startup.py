@@ -107,7 +107,8 @@ def phases_worker(spec: str) -> dict[str, Any]:
             from rlgraph.contract import settings as s
 
             # what loading costs does not depend on the settings' values: the schema's defaults
-            optim = s.OptimSettings(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0)
+            optim = s.OptimSettings(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0,
+                        schedule="constant", min_lr_ratio=0.0, decay_steps=None)
             path = resolve_model_path(model)
             self.workers = [PolicyWorker(path, s.ActorSettings("float32", "ddp", None, None, 0.0, optim, False, None, False, False, False), seed=0)]
             if ref:

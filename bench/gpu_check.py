@@ -169,7 +169,8 @@ def build_model(folder: Path, shape: str) -> int:
 
 
 def optim(lr: float = 1e-6) -> s.OptimSettings:
-    return s.OptimSettings(lr=lr, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0)
+    return s.OptimSettings(lr=lr, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0,
+                        schedule="constant", min_lr_ratio=0.0, decay_steps=None)
 
 
 def actor_settings(dtype: str, micro: int, *, strategy: str = "ddp", checkpointing: bool = False) -> s.ActorSettings:

@@ -5,7 +5,8 @@ torch. Role methods come from rlgraph/contract/methods.py, the table the runtime
 transforms run on the driver (rlgraph/runtime/transforms.py -> rlgraph.algos).
 
 Field kinds: `prompts` (a batch of prompts from the data), `responses` (the
-generated samples), `token` (a float per response token, shape (batch, response_len)).
+generated samples), `token` (a float per response token, shape (batch, response_len)), `demos` (the data's
+demonstrations), `top_k` (a teacher's top-k next-token log-probs and ids, (batch, response_len, k, 2)).
 """
 
 from __future__ import annotations
@@ -56,7 +57,11 @@ _DOCS = {
     ("actor", "log_prob"): "log-probabilities of the responses under the current policy",
     ("actor", "update"): "PPO policy update over mini-batches",
     ("actor", "sft"): "supervised fine-tuning: the negative log-likelihood of the demonstrations' response tokens",
+    ("actor", "distill"): "on-policy distillation (GKD): the divergence of the actor's next-token distribution from "
+                          "the teacher's at every position of its own samples, minimised over mini-batches",
     ("ref", "log_prob"): "log-probabilities under the frozen reference policy",
+    ("ref", "top_k"): "a teacher's k most likely next tokens and their log-probs at every response position (the "
+                      "whole distribution when k is unset)",
     ("critic", "values"): "value estimates per response token",
     ("critic", "update"): "clipped value-loss update over mini-batches",
     ("reward_model", "score"): "a sequence classifier's score on the reward token of each response",
@@ -74,6 +79,14 @@ _KWARGS: dict[tuple[str, str], dict[str, Key]] = {
     ("actor", "log_prob"): _FORWARD,
     ("ref", "log_prob"): _FORWARD,
     ("critic", "values"): _FORWARD,
+    ("ref", "top_k"): {
+        **_FORWARD,
+        "k": Key(Int(min=1), "next tokens kept per position, the teacher's most likely; both distributions are "
+                 "renormalised over them (default: the whole vocabulary, the exact divergence; "
+                 "batch x n x max_new_tokens x k x 8 bytes move to the actor)"),
+        "temperature": Key(Float(min=0.0, min_exclusive=True), "temperature of the teacher's distribution, and of the "
+                           "student's in `distill` (GKD's temperature)", 1.0),
+    },
     ("reward_model", "score"): _FORWARD,
     # per call, so one step can sample and decode greedily (ReMax's baseline); unset: the rollout role's value
     ("rollout", "generate"): {
@@ -105,6 +118,13 @@ _KWARGS: dict[tuple[str, str], dict[str, Key]] = {
         "minibatch": Key(Int(min=1), "demonstrations per mini-batch (one optimizer step each); default: the "
                          "whole batch"),
         "loss_agg": Key(Choice(LOSS_AGG), "how token losses are averaged (verl's SFT: token-mean)", "token-mean"),
+    },
+    ("actor", "distill"): {
+        **_UPDATE_COMMON,
+        "epochs": Key(Int(min=1), "epochs over each batch of samples", 1),
+        "beta": Key(Float(0.0, 1.0), "which divergence: 1 the reverse KL(student || teacher), mode-seeking, as the "
+                    "on-policy distillation recipes; 0 the forward KL(teacher || student), mass-covering; between, "
+                    "the generalized Jensen-Shannon divergence (TRL GKD's beta)", 1.0),
     },
     ("critic", "update"): {
         **_UPDATE_COMMON,

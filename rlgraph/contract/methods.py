@@ -19,8 +19,10 @@ from rlgraph.contract import settings as s
 
 # Field kinds: `prompts` (a batch of prompts from the data), `responses` (the generated samples, a
 # Rollout), `token` (a float per response token, (batch, response_len)), `demos` (the data's prompts with their
-# responses, a Rollout of one sample per row: what SFT trains on).
-PROMPTS, RESPONSES, TOKEN, DEMOS = "prompts", "responses", "token", "demos"
+# responses, a Rollout of one sample per row: what SFT trains on), `top_k` (a teacher's k most likely next tokens
+# at each response position, their log-probs and ids, (batch, response_len, k, 2): what `actor.distill` trains on).
+PROMPTS, RESPONSES, TOKEN, DEMOS, TOP_K = "prompts", "responses", "token", "demos", "top_k"
+TENSOR_KINDS = (TOKEN, TOP_K)  # per-token tensors a call takes after the rollout, rows first
 
 # How a role's replicas share a call (rlgraph/runtime/group.py): split the batch / one input each /
 # the same call on all / replica 0 only.
@@ -48,7 +50,8 @@ class RoleMethod:
 
     @property
     def token_inputs(self) -> tuple[Port, ...]:
-        return tuple(p for p in self.inputs if p.kind == TOKEN)
+        """The per-token tensors the worker method takes after the rollout, in port order."""
+        return tuple(p for p in self.inputs if p.kind in TENSOR_KINDS)
 
 
 # role kind -> the worker class that hosts it (rlgraph/workers); a rollout colocated with the policy
@@ -70,7 +73,12 @@ ROLE_METHODS: dict[tuple[str, str], RoleMethod] = {(m.kind, m.method): m for m i
                (), "split", s.ActorUpdateSettings, _UPDATE_ARGS),
     # supervised fine-tuning: the data's demonstrations (`demos`, a Rollout of prompts and their responses)
     RoleMethod("actor", "sft", "sft", (Port("demos", DEMOS),), (), "split", s.SftSettings, _UPDATE_ARGS),
+    # on-policy distillation with the teacher's whole next-token distribution (GKD): a frozen role's top-k
+    # log-probs at each position of the student's samples, and the student trained on its divergence from them
+    RoleMethod("actor", "distill", "distill", (Port("teacher_top_k", TOP_K),), (), "split", s.ActorDistillSettings,
+               _UPDATE_ARGS),
     RoleMethod("ref", "log_prob", "log_prob", _RESPONSES, (Port("ref_log_prob", TOKEN),), "split", s.LogProbSettings),
+    RoleMethod("ref", "top_k", "top_k", _RESPONSES, (Port("teacher_top_k", TOP_K),), "split", s.TopKSettings),
     RoleMethod("critic", "values", "values", _RESPONSES, (Port("values", TOKEN),), "split", s.ForwardSettings),
     RoleMethod("critic", "update", "update", (Port("values", TOKEN), Port("returns", TOKEN)), (), "split",
                s.CriticUpdateSettings, _UPDATE_ARGS),
@@ -82,7 +90,7 @@ ROLE_METHODS: dict[tuple[str, str], RoleMethod] = {(m.kind, m.method): m for m i
 
 
 # The methods that train a role's weights: at most one of them per role and step (a backward pass, an optimizer).
-TRAINING_METHODS = ("update", "sft")
+TRAINING_METHODS = ("update", "sft", "distill")
 
 
 def methods_of(kind: str) -> dict[str, RoleMethod]:

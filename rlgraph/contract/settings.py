@@ -20,7 +20,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class OptimSettings:
-    """AdamW with linear warm-up, then a constant learning rate."""
+    """AdamW with linear warm-up, then a constant learning rate or a cosine decay to the run's last step."""
 
     lr: float
     betas: tuple[float, float]
@@ -28,6 +28,9 @@ class OptimSettings:
     warmup_steps: int  # with warmup_ratio: int(ratio x the run's steps), filled in once those are known
     warmup_ratio: float | None  # the spec's optim.warmup_ratio (verl: lr_warmup_steps_ratio); None = not given
     grad_clip: float | None  # clip the global gradient norm to this; None = off (the spec's 0)
+    schedule: str  # constant | cosine (after the warm-up)
+    min_lr_ratio: float  # cosine: the lr of the last step, as a share of lr
+    decay_steps: int | None  # cosine: the run's steps (train.steps; with train.epochs filled in once known); else None
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,16 @@ class LogProbSettings:
 
 
 @dataclass(frozen=True)
+class TopKSettings:
+    """A frozen role's k most likely next tokens at each response position (a distillation teacher's)."""
+
+    k: int | None  # None: the whole vocabulary (the full distribution)
+    temperature: float  # the distribution's temperature (the student's is the same: DistillSettings)
+    micro_batch: int | None
+    micro_batch_tokens: int | None
+
+
+@dataclass(frozen=True)
 class ForwardSettings:
     """A forward pass over the batch: critic values, reward-model scores."""
 
@@ -231,6 +244,21 @@ class SftSettings:
     micro_batch: int | None
     micro_batch_tokens: int | None
     loss_agg: str
+
+
+@dataclass(frozen=True)
+class ActorDistillSettings:
+    """On-policy distillation: the student's divergence from the teacher's next-token distribution at every
+    position of its own samples (rlgraph/algos/distill.py, GKD's generalized JSD)."""
+
+    epochs: int
+    minibatch: int | None  # prompts per optimizer step, as written (None = the whole batch)
+    mini_batch_size: int | None  # the same in samples per replica: minibatch x n / replicas
+    micro_batch: int | None
+    micro_batch_tokens: int | None
+    loss_agg: str
+    beta: float  # 1: reverse KL(student || teacher); 0: forward KL(teacher || student); between: the JSD
+    temperature: float  # both distributions' temperature (the teacher's top_k call's)
 
 
 @dataclass(frozen=True)

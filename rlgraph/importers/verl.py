@@ -660,9 +660,14 @@ class _Importer:
         elif ratio:
             optim.set("warmup_ratio", ratio, _short(f"{prefix}.lr_warmup_steps_ratio"))
         style = cfg.str(f"{prefix}.warmup_style", None) or cfg.str(f"{prefix}.lr_scheduler_type", None)
-        if style not in (None, "constant"):
-            key = f"{prefix}.warmup_style" if cfg.has(f"{prefix}.warmup_style") else f"{prefix}.lr_scheduler_type"
-            self._note(prefix, key, "rlgraph's schedule is a linear warm-up, then constant", warn=True)
+        key = f"{prefix}.warmup_style" if cfg.has(f"{prefix}.warmup_style") else f"{prefix}.lr_scheduler_type"
+        if style == "cosine":
+            optim.set("schedule", _Name("cosine"), _short(key))
+            floor = cfg.float(f"{prefix}.min_lr_ratio", 0.0)
+            if floor:
+                optim.set("min_lr_ratio", floor, _short(f"{prefix}.min_lr_ratio"))
+        elif style not in (None, "constant"):
+            self._note(prefix, key, "rlgraph's schedules are a linear warm-up, then constant or cosine", warn=True)
         clip = cfg.float(grad_clip_key, 1.0)
         optim.set("grad_clip", clip, _source(cfg, grad_clip_key))
         return optim

@@ -55,7 +55,7 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
         plan.calls = [CallPlan(c.id, c.label, c.kind, c.target, c.method, c.role_kind,
                                [list(port) for port in c.inputs], [list(port) for port in c.outputs],
                                dict(c.kwargs), stage_of.get(c.id, 0),
-                               _or_none(lambda c=c: call_settings(c, roles, replicas, rollout, plan.envs)))
+                               _or_none(lambda c=c: call_settings(c, roles, replicas, rollout, plan.envs, graph.producer)))
                       for c in graph.calls()]
         plan.syncs = [[s.source, s.target] for s in graph.syncs]
     diagnostics.sort(key=_order)

@@ -416,7 +416,7 @@ def micro_pass(step: StepShape, role: Decl, kwargs: dict, samples: int, split: i
                 split=split)
 
 
-FORWARD_METHODS = ("log_prob", "values", "score")
+FORWARD_METHODS = ("log_prob", "values", "score", "top_k")
 VALUE_HEADS = ("critic", "reward_model")  # one score per position: no vocabulary logits
 
 
@@ -495,20 +495,22 @@ def role_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | 
         need.resident["optimizer"] = _ceil_div(trained * ADAM_BYTES, shard)
         if b != MASTER_BYTES and shard == 1:
             need.resident["compute_copy"] = P * b  # autocast's bf16 copy of every weight, during each forward
-        # the gradients exist from an update's backward to its optimizer step; the backward allocates them as it
-        # frees the activations, the LM head's first (none for adapters or a value head)
-        update = f"{role.name}.update"
+        # the gradients exist from a training call's backward (update, sft, distill) to its optimizer step; the
+        # backward allocates them as it frees the activations, the LM head's first (none for adapters or a value head)
         head = 0 if lora_rank(role) or role.kind == "critic" else (shape.vocab or 0) * (shape.hidden or 0)
         grads = _ceil_div(trained * MASTER_BYTES, shard)
-        need.phases[update] = backward_peak(need.phases.get(update, {}), grads=grads,
-                                            head_grads=_ceil_div(head * MASTER_BYTES, shard),
-                                            accumulated=update in accumulated, tied=bool(head) and shape.tied)
-        if role.get("optimizer_offload") and not role.get("param_offload"):
-            # the moments come back to the device for each optimizer step (workers/offload.py state_on_device),
-            # beside the gradients, once the backward has freed the activations: the update peaks at the larger
-            step = {"grads": grads, "optimizer_step": need.resident["optimizer"]}
-            if sum(step.values()) > sum(need.phases[update].values()):
-                need.phases[update] = step
+        trains = [f"{role.name}.{m}" for m in TRAINING_METHODS if f"{role.name}.{m}" in need.phases]
+        for update in trains or [f"{role.name}.update"]:
+            need.phases[update] = backward_peak(need.phases.get(update, {}), grads=grads,
+                                                head_grads=_ceil_div(head * MASTER_BYTES, shard),
+                                                accumulated=update in accumulated, tied=bool(head) and shape.tied)
+            if role.get("optimizer_offload") and not role.get("param_offload"):
+                # the moments come back to the device for each optimizer step (workers/offload.py
+                # state_on_device), beside the gradients, once the backward has freed the activations: the
+                # update peaks at the larger
+                step = {"grads": grads, "optimizer_step": need.resident["optimizer"]}
+                if sum(step.values()) > sum(need.phases[update].values()):
+                    need.phases[update] = step
     elif role.kind in FROZEN:
         need.resident["params"] = 0 if shares_actor_base(program, role) else _ceil_div(P * b, shard)
     elif role.kind in ("rollout", "judge"):  # a judge generates its verdicts as a rollout generates

@@ -9,7 +9,7 @@ the Plan restates a default.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 from rlgraph.compiler.graph import CallNode
 from rlgraph.contract import settings as s
@@ -63,7 +63,8 @@ def _optim(program: Program, values: dict[str, Any]) -> s.OptimSettings:
     steps = planned_steps(program)
     # verl: int(lr_warmup_steps_ratio x total_training_steps); with train.epochs the run fills it in
     warmup = int(ratio * steps) if ratio is not None and steps is not None else o["warmup_steps"]
-    return s.OptimSettings(o["lr"], tuple(o["betas"]), o["weight_decay"], warmup, ratio, o["grad_clip"] or None)
+    return s.OptimSettings(o["lr"], tuple(o["betas"]), o["weight_decay"], warmup, ratio, o["grad_clip"] or None,
+                           o["schedule"], o["min_lr_ratio"], steps if o["schedule"] == "cosine" else None)
 
 
 def planned_steps(program: Program) -> int | None:
@@ -96,10 +97,10 @@ def _lora(values: dict[str, Any]) -> s.LoraSettings | None:
 
 
 def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int], rollout: Any | None,
-                  envs: dict[str, s.EnvSettings]) -> Any:
+                  envs: dict[str, s.EnvSettings], producer: Callable[[str], CallNode | None] = lambda _: None) -> Any:
     """The settings of one call of the step. `roles`: role name -> its settings; `rollout`: the settings of
     the step's trained generate call (`generate_settings`; None in a spec without one, which has errors anyway);
-    `envs`: the declared environments (`env_settings`)."""
+    `envs`: the declared environments (`env_settings`); `producer`: the call that writes a field (the graph's)."""
     kw = call.kwargs
     cls = call_settings_class(call.kind, call.target, call.role_kind, call.method)
     if cls is s.OverlongPenaltySettings:  # the length it penalises towards is the trained generate's
@@ -123,6 +124,8 @@ def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int
         return s.LogProbSettings(temperature, micro_batch, micro_batch_tokens)
     if cls is s.ForwardSettings:
         return s.ForwardSettings(micro_batch, micro_batch_tokens)
+    if cls is s.TopKSettings:
+        return s.TopKSettings(kw.get("k"), kw["temperature"], micro_batch, micro_batch_tokens)
     # mini-batches are written in prompts (verl's ppo_mini_batch_size): samples = prompts x n, per replica
     minibatch = kw.get("minibatch")
     mini_batch_size = max(minibatch * n // replicas.get(call.target, 1), 1) if minibatch else None
@@ -137,6 +140,10 @@ def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int
             entropy_coeff=getattr(role, "entropy_coeff", 0.0), temperature=temperature, tis=kw["tis"],
             tis_cap=kw["tis_cap"],
             user_loss=user_function_settings(call.user, call.user.args) if call.user is not None else None)
+    if cls is s.ActorDistillSettings:  # the student's distribution at the temperature of the teacher's
+        teacher = producer(call.input("teacher_top_k") or "")
+        return s.ActorDistillSettings(kw["epochs"], minibatch, mini_batch_size, micro_batch, micro_batch_tokens,
+                                      kw["loss_agg"], kw["beta"], teacher.kwargs["temperature"] if teacher else 1.0)
     if cls is s.SftSettings:  # a demonstration is one sample: minibatch counts rows, not prompts x n
         sft_mini = max(minibatch // replicas.get(call.target, 1), 1) if minibatch else None
         return s.SftSettings(kw["epochs"], minibatch, sft_mini, micro_batch, micro_batch_tokens, kw["loss_agg"])

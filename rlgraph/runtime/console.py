@@ -153,6 +153,7 @@ class RunConsole:
 STEP_LINE = (
     ("reward", "critic/score/mean", ".3f"),
     ("sft_loss", "actor/sft_loss", ".3f"),
+    ("distill_loss", "actor/distill_loss", ".3f"),
     ("val", "val/score/mean", ".3f"),
     ("val_loss", "val/sft_loss", ".3f"),
     ("kl", "actor/kl_loss", ".4g"),

@@ -72,13 +72,15 @@ class RunResult:
 def with_run_length(plan: Plan, prompts: int) -> Plan:
     """`plan` with train.steps counted from train.epochs over `prompts` training prompts (prompts // batch_size
     steps an epoch: the loader drops the last short batch, as verl's does) and every optim.warmup_ratio turned
-    into warmup_steps = int(ratio x steps) (verl's lr_warmup_steps_ratio)."""
+    into warmup_steps = int(ratio x steps) (verl's lr_warmup_steps_ratio); a cosine schedule decays over them."""
     steps = plan.train.epochs * (prompts // plan.data.batch_size)
     roles = []
     for role in plan.roles:
         optim = getattr(role.settings, "optim", None)
-        if optim is not None and optim.warmup_ratio is not None:
-            optim = dataclasses.replace(optim, warmup_steps=int(optim.warmup_ratio * steps))
+        if optim is not None:
+            warmup = int(optim.warmup_ratio * steps) if optim.warmup_ratio is not None else optim.warmup_steps
+            optim = dataclasses.replace(optim, warmup_steps=warmup,
+                                        decay_steps=steps if optim.schedule == "cosine" else None)
             role = dataclasses.replace(role, settings=dataclasses.replace(role.settings, optim=optim))
         roles.append(role)
     return dataclasses.replace(plan, train=dataclasses.replace(plan.train, steps=steps), roles=roles)
@@ -407,8 +409,9 @@ class Trainer:
 
 
 SAMPLES_FILE = "samples.jsonl"
-# a supervised run's rows of the summary table, when its records have them
-SUPERVISED_ROWS = (("val loss (val/sft_loss)", "val/sft_loss"), ("train loss (actor/sft_loss)", "actor/sft_loss"))
+# a supervised or distilling run's rows of the summary table, when its records have them
+SUPERVISED_ROWS = (("val loss (val/sft_loss)", "val/sft_loss"), ("train loss (actor/sft_loss)", "actor/sft_loss"),
+                   ("divergence from the teacher (actor/distill_loss)", "actor/distill_loss"))
 
 
 def write_samples(path: Path, samples: list[dict[str, Any]]) -> None:

@@ -23,9 +23,11 @@ _ROLE_TIMING = {
     ("rollout", "generate"): "gen",
     ("actor", "log_prob"): "old_log_prob",
     ("ref", "log_prob"): "ref",
+    ("ref", "top_k"): "ref",  # a teacher's scoring of the student's samples, as verl times a reference's
     ("critic", "values"): "values",
     ("critic", "update"): "update_critic",
     ("actor", "update"): "update_actor",
+    ("actor", "distill"): "update_actor",
     ("reward_model", "score"): "reward",
     ("judge", "score"): "reward",  # a generative reward model, as verl times its GenRM's
 }

@@ -266,11 +266,17 @@ OPTIM = BlockSchema("the optimizer (AdamW) of a trained role", named=False, keys
     "lr": Key(Float(min=0.0), "learning rate", 1e-6),
     "betas": Key(ListOf(Float(0.0, 1.0), 2), "Adam betas", [0.9, 0.999]),
     "weight_decay": Key(Float(min=0.0), "decoupled weight decay", 0.0),
-    "warmup_steps": Key(Int(min=0), "linear warm-up steps, then a constant learning rate", 0),
+    "warmup_steps": Key(Int(min=0), "linear warm-up steps, then the `schedule`", 0),
     "warmup_ratio": Key(Float(0.0, 1.0), "warm-up steps as a share of the run's steps, instead of warmup_steps: "
                         "int(ratio x steps), the steps of train.epochs counted when the data is loaded (verl: "
                         "optim.lr_warmup_steps_ratio)"),
     "grad_clip": Key(Float(min=0.0), "clip the global gradient norm to this (0 = off)", 1.0),
+    "schedule": Key(Choice(("constant", "cosine")), "the learning rate after the warm-up: `constant`, or `cosine` "
+                    "from lr down to min_lr_ratio x lr by the end of the run's steps (verl: "
+                    "optim.lr_scheduler_type)",
+                    "constant"),
+    "min_lr_ratio": Key(Float(0.0, 1.0), "cosine: the last step's learning rate as a share of lr (verl: "
+                        "optim.min_lr_ratio)", 0.0),
 })
 
 LORA = BlockSchema("LoRA adapters on the actor (peft): only the adapters train, the base weights stay frozen; "

@@ -117,8 +117,11 @@ def pack(rollout: Rollout) -> tuple[Rollout, Callable[[torch.Tensor], torch.Tens
     back = ((longest - response)[:, None] + torch.arange(r, device=device)[None]).clamp(max=longest - 1)  # (rows, R)
     kept = torch.arange(r, device=device)[None] < response[:, None]
 
-    def unpack(x: torch.Tensor) -> torch.Tensor:
-        return torch.where(kept, x.gather(1, back), torch.zeros((), dtype=x.dtype, device=x.device))
+    def unpack(x: torch.Tensor) -> torch.Tensor:  # (rows, R', ...) -> (rows, R, ...): per-position trailing dims too
+        trailing = (1,) * (x.dim() - 2)
+        index = back.view(*back.shape, *trailing).expand(*back.shape, *x.shape[2:])
+        return torch.where(kept.view(*kept.shape, *trailing), x.gather(1, index),
+                           torch.zeros((), dtype=x.dtype, device=x.device))
 
     return packed, unpack
 

@@ -20,12 +20,25 @@ Split = Callable[[torch.Tensor], list[torch.Tensor]]
 Weight = Callable[[torch.Tensor, torch.Tensor], float]
 
 
-class Optimization:
-    """AdamW + a linear warm-up to a constant learning rate, stepped once per training step.
+SCHEDULES = ("constant", "cosine")
 
-    The warm-up factor is (step + 1) / warmup_steps, so the first step already learns (verl's schedule
-    starts at 0, which wastes a step).
-    """
+
+def lr_factor(step: int, warmup_steps: int, schedule: str, min_lr_ratio: float, decay_steps: int | None) -> float:
+    """The share of lr at training step `step` (0-based). The warm-up factor is (step + 1) / warmup_steps, so the
+    first step already learns (verl's schedule starts at 0, which wastes a step). `cosine` then falls from 1
+    towards min_lr_ratio by half a cosine over the steps left, as verl's (get_cosine_schedule_with_warmup with
+    its min_lr_ratio): progress (step - warmup) / (decay_steps - warmup), the floor one step past the run's end."""
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant" or decay_steps is None:
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / max(1, decay_steps - warmup_steps))
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class Optimization:
+    """AdamW + a linear warm-up, then a constant learning rate or a cosine decay, stepped once per training step
+    (`lr_factor`)."""
 
     def __init__(
         self,
@@ -36,12 +49,20 @@ class Optimization:
         weight_decay: float,
         grad_clip: float | None,
         warmup_steps: int,
+        schedule: str = "constant",
+        min_lr_ratio: float = 0.0,
+        decay_steps: int | None = None,
         state_host: torch.device | None = None,
     ) -> None:
+        if schedule not in SCHEDULES:
+            raise ValueError(f"unknown lr schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}")
+        if schedule == "cosine" and not decay_steps:
+            raise ValueError("a cosine lr schedule needs the run's steps (decay_steps)")
         self.grad_clip = grad_clip
         self.state_host = state_host  # AdamW's state here between steps; None: beside the parameters
         self.settings = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
         self.warmup_steps = warmup_steps
+        self.schedule = (schedule, min_lr_ratio, decay_steps)
         self.set_params(params)
 
     @classmethod
@@ -49,12 +70,13 @@ class Optimization:
                       offload_state: bool = False) -> "Optimization":
         """From a role's resolved OptimSettings (rlgraph.contract.settings) and its `optimizer_offload`."""
         return cls(params, lr=settings.lr, betas=settings.betas, weight_decay=settings.weight_decay,
-                   grad_clip=settings.grad_clip, warmup_steps=settings.warmup_steps,
+                   grad_clip=settings.grad_clip, warmup_steps=settings.warmup_steps, schedule=settings.schedule,
+                   min_lr_ratio=settings.min_lr_ratio, decay_steps=settings.decay_steps,
                    state_host=HOST if offload_state else None)
 
     def set_params(self, params: Iterable[torch.nn.Parameter]) -> None:
         """(Re)build AdamW and the schedule over `params`: after `fully_shard` the parameters are new objects."""
-        warmup_steps = self.warmup_steps
+        warmup_steps, (schedule, min_lr_ratio, decay_steps) = self.warmup_steps, self.schedule
         self.params = [p for p in params if p.requires_grad]
         if getattr(self, "average", None) is not None:
             self.average.remove()  # the hooks of the parameters replaced (by fully_shard's)
@@ -62,8 +84,7 @@ class Optimization:
         self.average = data_parallel_average(self.params, GRADIENT_BUCKET_BYTES)
         self.optimizer = torch.optim.AdamW(self.params, **self.settings)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
-        )
+            self.optimizer, lambda step: lr_factor(step, warmup_steps, schedule, min_lr_ratio, decay_steps))
 
     @property
     def lr(self) -> float:

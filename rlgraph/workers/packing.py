@@ -88,7 +88,7 @@ def packed_model_inputs(packed: PackedRows, input_ids: torch.Tensor) -> dict[str
 def packed_response_logits(module: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                            responses: torch.Tensor, *, keeps_logits: bool
                            ) -> tuple[torch.Tensor, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
-    """(logits (1, K, vocab), the tokens they predict (1, K), unpack: (1, K) -> (rows, R) at the response
+    """(logits (1, K, vocab), the tokens they predict (1, K), unpack: (1, K, ...) -> (rows, R, ...) at the response
     columns, 0 where nothing is predicted) of one packed pass of a causal LM over padded rows.
 
     Only the K predicting positions go through the LM head, when `keeps_logits` (`_lm_head_sees_only`); the
@@ -109,8 +109,10 @@ def packed_response_logits(module: torch.nn.Module, input_ids: torch.Tensor, att
     tokens = responses[targets][order]  # (K,) packed order
     back = order.argsort()  # row order -> packed order
 
-    def unpack(x: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(targets.shape, dtype=x.dtype, device=x.device).masked_scatter(targets, x[0, back])
+    def unpack(x: torch.Tensor) -> torch.Tensor:  # (1, K, ...) -> (rows, R, ...): per-position trailing dims too
+        where = targets.view(*targets.shape, *(1,) * (x.dim() - 2))
+        return torch.zeros(*targets.shape, *x.shape[2:], dtype=x.dtype, device=x.device).masked_scatter(where,
+                                                                                                          x[0, back])
 
     return logits.reshape(1, -1, logits.shape[-1]), tokens[None], unpack
 

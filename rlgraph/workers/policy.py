@@ -9,8 +9,8 @@ from typing import Any, Callable
 
 import torch
 
-from rlgraph.contract.settings import (ActorSettings, ActorUpdateSettings, GenerateSettings, LogProbSettings,
-                                       RefSettings, SftSettings)
+from rlgraph.contract.settings import (ActorDistillSettings, ActorSettings, ActorUpdateSettings, GenerateSettings,
+                                       LogProbSettings, RefSettings, SftSettings, TopKSettings)
 from rlgraph.workers import lora, offload
 from rlgraph.workers.activations import checkpoint_blocks
 from rlgraph.workers.batch import Rollout
@@ -26,8 +26,8 @@ from rlgraph.workers.rollout import generate_rollout
 
 
 class PolicyWorker:
-    """A causal LM that scores responses (`log_prob`), generates (`generate`) and, if trainable, learns (`update`
-    by a policy loss, `sft` on demonstrations)."""
+    """A causal LM that scores responses (`log_prob`, a teacher's `top_k`), generates (`generate`) and, if
+    trainable, learns (`update` by a policy loss, `sft` on demonstrations, `distill` from a teacher's top-k)."""
 
     def __init__(self, model_path: str, settings: ActorSettings | RefSettings, *, seed: int,
                  device: str | torch.device | None = None) -> None:
@@ -137,6 +137,26 @@ class PolicyWorker:
             if with_entropy:
                 entropy[rows] = unpack(part_entropy).cpu()
         return (log_prob, entropy) if with_entropy else log_prob
+
+    @torch.no_grad()
+    @offload.moves_weights
+    @computes
+    def top_k(self, rollout: Rollout, *, settings: TopKSettings) -> torch.Tensor:
+        """The model's `settings.k` most likely next tokens at every response position, at `settings.temperature`:
+        their log-probs and ids packed as rlgraph.algos.distill.pack_top_k, (batch, R, k, 2) float32 (k unset:
+        the whole vocabulary, in its order). Positions off the loss mask hold what the model says there, or 0."""
+        from rlgraph.algos.distill import teacher_top_k
+
+        rollout = rollout.to(self.device)
+        out: torch.Tensor | None = None
+        for rows in split_rows(rollout, torch.arange(len(rollout)), settings.micro_batch, settings.micro_batch_tokens,
+                               packed=self.settings.remove_padding):
+            logits, _, unpack = self._pass(rollout, rows, cut=bool(settings.micro_batch_tokens))
+            part = unpack(teacher_top_k(logits, settings.k, settings.temperature)).cpu()  # (micro, R, k, 2)
+            if out is None:
+                out = torch.zeros(len(rollout), rollout.response_length, *part.shape[2:])
+            out[rows] = part
+        return out if out is not None else torch.zeros(0, rollout.response_length, settings.k or 1, 2)
 
     # --- training ---
 
@@ -249,8 +269,36 @@ class PolicyWorker:
 
         return self._train(demos, micro_batch_loss, settings, shuffle_seed, shuffle)
 
+    def distill(self, rollout: Rollout, teacher_top_k: torch.Tensor, *, settings: ActorDistillSettings,
+                shuffle_seed: int | None = None, shuffle: bool = True) -> dict[str, float]:
+        """One on-policy distillation step on the student's own samples: at every trained position, the divergence
+        of its next-token distribution from the teacher's (`teacher_top_k`, (batch, R, k, 2) from a teacher's
+        `top_k`; rlgraph.algos.distill_loss with `settings.beta`), `settings.loss_agg` over `rollout.loss_mask`.
+        The same mini-batches, micro-batches, token budgets, clipping, optimizer and LoRA as `update`."""
+        from rlgraph.algos import AGG_MODES
+        from rlgraph.algos.distill import distill_loss
+
+        if settings.loss_agg not in AGG_MODES:
+            raise ValueError(f"unknown loss_agg {settings.loss_agg!r}; expected one of {', '.join(AGG_MODES)}")
+        if self.optim is None:
+            raise RuntimeError("a PolicyWorker built with RefSettings (a reference policy) cannot train")
+        if teacher_top_k.shape[:2] != rollout.responses.shape:
+            raise ValueError(f"the teacher's top-k are for {tuple(teacher_top_k.shape[:2])} response tokens, the "
+                             f"batch has {tuple(rollout.responses.shape)}: score the same responses with the teacher")
+        rollout, teacher_top_k = rollout.to(self.device), teacher_top_k.to(self.device)
+        cut = bool(settings.micro_batch_tokens)
+
+        def micro_batch_loss(rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            logits, _, unpack = self._pass(rollout, rows, cut=cut)
+            # at the rollout's columns, as the teacher's top-k are (micro, R, vocab)
+            return distill_loss(unpack(logits), teacher_top_k[rows], rollout.loss_mask[rows], beta=settings.beta,
+                                temperature=settings.temperature, agg=settings.loss_agg)
+
+        return self._train(rollout, micro_batch_loss, settings, shuffle_seed, shuffle)
+
     def _train(self, rollout: Rollout, micro_batch_loss: Callable[[torch.Tensor], tuple[torch.Tensor, dict]],
-               settings: ActorUpdateSettings | SftSettings, shuffle_seed: int | None, shuffle: bool) -> dict[str, float]:
+               settings: ActorUpdateSettings | SftSettings | ActorDistillSettings, shuffle_seed: int | None,
+               shuffle: bool) -> dict[str, float]:
         """`settings.epochs` passes of optimizer steps over shuffled mini-batches of `rollout`, each mini-batch's
         gradient accumulated over its micro-batches (`micro_batch` rows or `micro_batch_tokens` tokens) with the
         weights that make it the whole mini-batch's `loss_agg`; the metrics as verl names them."""
@@ -365,6 +413,10 @@ class BasePolicy:
                  with_entropy: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         with lora.adapters_disabled(self.actor.peft):
             return self.actor.log_prob(rollout, settings=settings, with_entropy=with_entropy)
+
+    def top_k(self, rollout: Rollout, *, settings: TopKSettings) -> torch.Tensor:
+        with lora.adapters_disabled(self.actor.peft):
+            return self.actor.top_k(rollout, settings=settings)
 
 
 def response_logits(module: torch.nn.Module, rollout: Rollout) -> torch.Tensor:

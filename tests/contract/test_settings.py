@@ -47,7 +47,7 @@ def test_role_settings_cover_every_role_key(kind):
         keys |= {"base_dir"}  # where its parser is looked for: the spec's folder, not a key a spec writes
     assert _fields(s.ROLE_SETTINGS[kind]) == keys
     assert _fields(s.ValSettings) == set(ROLLOUT_VAL.keys)
-    assert _fields(s.OptimSettings) == set(OPTIM.keys)
+    assert _fields(s.OptimSettings) == set(OPTIM.keys) | {"decay_steps"}  # a cosine's: the run's steps, resolved
     assert _fields(s.LoraSettings) == set(LORA.keys)
 
 
@@ -58,6 +58,8 @@ def test_call_settings_cover_every_keyword_argument():
     actor_update = set(ROLE_METHODS["actor"]["update"].kwargs) - {"clip"}  # resolved into clip_low / clip_high
     assert actor_update <= _fields(s.ActorUpdateSettings)
     assert set(ROLE_METHODS["critic"]["update"].kwargs) <= _fields(s.CriticUpdateSettings)
+    assert set(ROLE_METHODS["actor"]["distill"].kwargs) <= _fields(s.ActorDistillSettings)
+    assert set(ROLE_METHODS["ref"]["top_k"].kwargs) <= _fields(s.TopKSettings)
     # train.val_samples is resolved into the rollout's `val.n` (RolloutSettings.val), where validation reads it
     assert _fields(s.TrainSettings) == set(BLOCKS["train"].keys) - {"val_samples"}
     assert _fields(s.DataSettings) == set(BLOCKS["data"].keys)

@@ -160,3 +160,16 @@ def test_padding_removal_maps_to_remove_padding_on_the_roles_that_run_the_models
     for role in roles:
         assert f"remove_padding = true  # verl: {keys[role]}" in blocks[role], role
     assert not any("use_remove_padding" in warning for warning in warnings)
+
+
+def test_a_cosine_lr_schedule_imports_as_one_and_another_schedule_warns():
+    script = SCRIPT.replace("trainer.n_gpus_per_node=4", "trainer.n_gpus_per_node=4 "
+                            "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine "
+                            "actor_rollout_ref.actor.optim.min_lr_ratio=0.1")
+    text, warnings = import_verl_text(script.encode(), "run.sh", "80GiB")
+    assert "schedule = cosine" in text and "min_lr_ratio = 0.1" in text
+    assert not any("lr_scheduler_type" in w for w in warnings)
+    other, warnings = import_verl_text(SCRIPT.replace("trainer.n_gpus_per_node=4", "trainer.n_gpus_per_node=4 "
+                                                      "actor_rollout_ref.actor.optim.lr_scheduler_type=wsd").encode(),
+                                       "run.sh", "80GiB")
+    assert "schedule = cosine" not in other and any("lr_scheduler_type" in w for w in warnings)

@@ -7,7 +7,8 @@ from rlgraph.plan.model import CallPlan, Placement, Plan, PoolPlan, RolePlan, St
 
 ROLLOUT = s.RolloutSettings(engine="hf", n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, tp=1,
                             memory_fraction=0.5, max_sequences=None, dtype="float32", val=s.ValSettings(n=1, temperature=0.0, top_p=1.0, top_k=0))
-OPTIM = s.OptimSettings(lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0)
+OPTIM = s.OptimSettings(lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0,
+                        schedule="constant", min_lr_ratio=0.0, decay_steps=None)
 ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, entropy_coeff=0.0,
                         optim=OPTIM, gradient_checkpointing=False, lora=None, param_offload=False,
                         optimizer_offload=False, remove_padding=False)

@@ -41,6 +41,10 @@ EXPECTED = [
 ]
 
 
+POLICY_GRADIENT = ("timing_s/adv", "critic/advantages/mean", "actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl",
+                   "actor/entropy")
+
+
 @pytest.mark.parametrize("spec", cpu_specs())
 def test_each_cpu_spec_trains_two_steps(spec, run_cli, arith_model, tmp_path):
     run_dir = tmp_path / "run"
@@ -69,9 +73,14 @@ def check_run(run_dir, spec: str, out: str, steps: int) -> None:
     assert records[0]["startup_s/workers"] > 0.5  # processes started and the models loaded: never instant
     plan = json.loads((run_dir / "plan.json").read_text())
     rewarded = any(c["kind"] == "reward" for c in plan["calls"])  # a distillation step has no reward
+    # a student trained on its divergence from a teacher's distribution (actor.distill) has no advantages
+    distills = any(c["method"] == "distill" for c in plan["calls"])
     missing = [k for k in EXPECTED if k not in records[-1]
-               and (rewarded or k not in ("timing_s/reward", "critic/score/mean", "critic/rewards/mean"))]
+               and (rewarded or k not in ("timing_s/reward", "critic/score/mean", "critic/rewards/mean"))
+               and (not distills or k not in POLICY_GRADIENT)]
     assert not missing, missing
+    if distills:
+        assert records[-1]["actor/distill_loss"] > 0 and records[-1]["actor/distill_top_k_mass"] > 0
     if any(r["kind"] == "critic" for r in plan["roles"]):
         assert {"timing_s/values", "timing_s/update_critic", "critic/vf_loss", "critic/values/mean"} <= set(records[-1])
     if any(r["kind"] == "ref" for r in plan["roles"]):

@@ -63,7 +63,8 @@ def make_items(prompts: list[str], tokenizer, answers: list[str] | None = None) 
 # what most tests ask for); memory_fraction is the spec's default.
 
 _OPTIM_FIELDS = ("lr", "betas", "weight_decay", "warmup_steps", "grad_clip")
-_OPTIM = s.OptimSettings(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0)
+_OPTIM = s.OptimSettings(lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0, warmup_steps=0, warmup_ratio=None, grad_clip=1.0,
+                        schedule="constant", min_lr_ratio=0.0, decay_steps=None)
 _ACTOR = s.ActorSettings(dtype="float32", strategy="ddp", micro_batch=None, micro_batch_tokens=None, entropy_coeff=0.0,
                          optim=_OPTIM, gradient_checkpointing=False, lora=None, param_offload=False,
                          optimizer_offload=False, remove_padding=False)

@@ -67,6 +67,20 @@ def test_base_policy_equals_the_base_model(actor, rollout, tiny_model_dir):
     assert not torch.allclose(trained, base, atol=1e-4)
 
 
+def test_base_policy_top_k_is_the_base_model_s(actor, rollout, tiny_model_dir):
+    """A ref on a LoRA actor's base (the adapters off) gives the base model's top-k too, as a teacher would."""
+    from .test_distill import top_k_settings
+
+    push(actor, rollout)
+    ref = PolicyWorker(tiny_model_dir, ref_settings(), seed=1)
+    settings = top_k_settings(k=3)
+    base = BasePolicy(actor).top_k(rollout, settings=settings)
+    expected = ref.top_k(rollout, settings=settings)
+    mask = rollout.response_mask.bool()
+    torch.testing.assert_close(base[mask], expected[mask], **FP32_REORDERED)
+    assert not torch.allclose(actor.top_k(rollout, settings=settings)[mask][..., 0], base[mask][..., 0], atol=1e-4)
+
+
 def test_checkpoint_loads_with_peft_and_resumes_exactly(actor, rollout, tiny_model_dir, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

@@ -17,7 +17,8 @@ from rlgraph.spec import ast
 from rlgraph.spec.program import Program
 
 KIND_NAMES = {"prompts": "prompts", "responses": "generated responses", "token": "per-token values",
-              "demos": "demonstrations (the data's prompts with their responses)"}
+              "demos": "demonstrations (the data's prompts with their responses)",
+              "top_k": "a teacher's top-k next-token log-probs (from `TEACHER.top_k`)"}
 
 
 def signature_of(node: CallNode) -> Signature | None:

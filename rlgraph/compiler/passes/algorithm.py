@@ -5,6 +5,7 @@ from __future__ import annotations
 from rlgraph.compiler.builtins import GROUP_ESTIMATORS
 from rlgraph.compiler.graph import CallNode, StepGraph, SyncEdge
 from rlgraph.compiler.passes._common import expect_producer, is_call, is_estimator, quoted, samples_per_prompt
+from rlgraph.contract.methods import TRAINING_METHODS
 from rlgraph.contract.rollouts import FILTER_GROUPS, trained_generate
 from rlgraph.compiler.topology import model_of, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
@@ -171,7 +172,7 @@ def _missing_syncs(program: Program, graph: StepGraph) -> list[Diagnostic]:
     out = []
     for update in graph.calls():
         actor = program.roles.get(update.target)
-        if update.method != "update" or update.role_kind != "actor" or actor is None:
+        if update.method not in TRAINING_METHODS or update.role_kind != "actor" or actor is None:
             continue
         upstream = graph.upstream(update.id)
         for call in graph.generate_calls():
