@@ -118,10 +118,12 @@ class DeviceProcess:
     def device(self) -> str | None:
         """The device its workers use: its own GPU (the first Ray gave it, in this process's numbering); the CPU
         for a process Ray gave no GPU (a cpu pool's, even on a GPU node: never the workers' default, which is a
-        GPU wherever torch sees one); None outside Ray (a unit test: the workers' default)."""
+        GPU wherever torch sees one); None outside a Ray actor (a unit test: the workers' default)."""
         try:
             import ray
 
+            if ray.get_runtime_context().get_actor_id() is None:  # built in a driver, not lowered
+                return None
             gpu_ids = ray.get_gpu_ids()
         except Exception:  # not under Ray (a unit test)
             return None
