@@ -206,7 +206,7 @@ def start_processes(plan: Plan, specs: dict[str, WorkerSpec], lowered: Lowered, 
         lowered.processes[process] = handle
         roles = ", ".join(f"`{role}` replica {replica}" for role, replica in w.hosted)
         lowered.actor_names[handle._actor_id.hex()] = f"process {process} ({roles}) on node {w.node} of pool `{w.pool}`"
-    show_span_devices(plan, where, lowered)  # before anything touches CUDA, the data-parallel groups included
+    show_devices(plan, where, lowered)  # before anything touches CUDA, the data-parallel groups included
 
 
 def device_spans(plan: Plan, where: dict[str, ProcessPlacement]) -> dict[str, tuple[str, ...]]:
@@ -224,19 +224,21 @@ def device_spans(plan: Plan, where: dict[str, ProcessPlacement]) -> dict[str, tu
     return spans
 
 
-def show_span_devices(plan: Plan, where: dict[str, ProcessPlacement], lowered: Lowered) -> None:
+def show_devices(plan: Plan, where: dict[str, ProcessPlacement], lowered: Lowered) -> None:
     """Ray shows each process the GPUs of its own bundle (CUDA_VISIBLE_DEVICES). A process whose replicas span
     the devices of others is shown theirs too, after its own, so its own GPU stays cuda:0 for the roles it
-    hosts, and a tp engine sees all of its span (as verl's SGLang rollout gathers its tp group's devices)."""
+    hosts, and a tp engine sees all of its span (as verl's SGLang rollout gathers its tp group's devices).
+    A process of a cpu pool is shown none: Ray leaves every GPU of the node in view of a process it gave none,
+    where torch, and any library or child process that takes a GPU when it sees one, would use another's."""
     pools = {p.name: p for p in plan.pools}
     spans = {process: span for process, span in device_spans(plan, where).items()
              if len(span) > 1 and pools[where[process].pool].device == "gpu"}
-    if not spans:
-        return
+    cluster_has_gpus = ray.cluster_resources().get("GPU", 0) > 0  # on a CPU cluster there is none to hide
+    shown = {process: [] for process, w in where.items() if cluster_has_gpus and pools[w.pool].device != "gpu"}
     needed = sorted({process for span in spans.values() for process in span})
     ids = dict(zip(needed, ray.get([lowered.processes[process].gpu_ids.remote() for process in needed])))
-    ray.get([lowered.processes[process].see_devices.remote([gpu for other in span for gpu in ids[other]])
-             for process, span in spans.items()])
+    shown.update({process: [gpu for other in span for gpu in ids[other]] for process, span in spans.items()})
+    ray.get([lowered.processes[process].see_devices.remote(gpus) for process, gpus in shown.items()])
 
 
 def data_parallel_groups(plan: Plan) -> list[tuple[str, ...]]:

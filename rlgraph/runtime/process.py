@@ -58,11 +58,14 @@ class DeviceProcess:
         """Build the workers (policies and critics first, then rollouts that alias them)."""
         import torch
 
+        from rlgraph.workers.cuda import make_current, make_deterministic
+
         torch.set_num_threads(self.num_threads)
         if any(h.spec.deterministic for h in self.hosted.values()):
-            from rlgraph.workers.cuda import make_deterministic
-
             make_deterministic()  # before any worker touches the GPU
+        # its own GPU current before any worker runs, as each worker's device is: a library call without a device
+        # (an engine's start-up, torch.cuda.get_rng_state) uses this one, never another GPU the process sees
+        make_current(self.device())
         try:
             import ray
 
@@ -110,19 +113,23 @@ class DeviceProcess:
 
     def see_devices(self, gpu_ids: list[str]) -> None:
         """Show this process these GPUs (node ids, its own first), before anything touches CUDA: a replica it
-        hosts spans devices of other processes (a colocated rollout with tp > 1, in its first device's process)."""
+        hosts spans devices of other processes (a colocated rollout with tp > 1, in its first device's process);
+        none for a process of a cpu pool (Ray leaves a process without GPUs all of the node's in view)."""
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
 
     def device(self) -> str | None:
-        """The device its workers use: its own GPU (the first Ray gave it, in this process's numbering); None
-        without one (the workers' default: the CPU on a cpu pool, whose processes Ray shows no GPU)."""
+        """The device its workers use: its own GPU (the first Ray gave it, in this process's numbering); the CPU
+        for a process Ray gave no GPU (a cpu pool's, even on a GPU node: never the workers' default, which is a
+        GPU wherever torch sees one); None outside a Ray actor (a unit test: the workers' default)."""
         try:
             import ray
 
+            if ray.get_runtime_context().get_actor_id() is None:  # built in a driver, not lowered
+                return None
             gpu_ids = ray.get_gpu_ids()
         except Exception:  # not under Ray (a unit test)
             return None
-        return f"cuda:{visible_device_index(gpu_ids, os.environ.get('CUDA_VISIBLE_DEVICES'))}" if gpu_ids else None
+        return f"cuda:{visible_device_index(gpu_ids, os.environ.get('CUDA_VISIBLE_DEVICES'))}" if gpu_ids else "cpu"
 
     def devices(self) -> dict[str, Any]:
         """What this process sees and uses, read without touching CUDA."""
@@ -502,8 +509,10 @@ def rng_state() -> dict[str, Any]:
             "gauss": float(np_state["gauss"]),
         },
     }
-    if torch.cuda.is_available():
-        # the current device's only: get_rng_state_all would open a context on every GPU the process sees
+    if torch.cuda.is_initialized():
+        # the current device's only: get_rng_state_all would open a context on every GPU the process sees. A
+        # process that has not used CUDA (the driver, a cpu pool's, on a GPU node) has no state there to keep, and
+        # asking would open a context on its first visible GPU, another process's
         state["cuda"] = torch.cuda.get_rng_state()
     return state
 
@@ -522,6 +531,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
         "has_gauss": numpy["has_gauss"],
         "gauss": numpy["gauss"],
     })
-    if "cuda" in state and torch.cuda.is_available():
+    if "cuda" in state and torch.cuda.is_initialized():  # as it was saved: by a process that used CUDA
         cuda = state["cuda"]  # a list (every visible GPU's) in checkpoints of earlier versions: the first is ours
         torch.cuda.set_rng_state(cuda[0] if isinstance(cuda, list) else cuda)

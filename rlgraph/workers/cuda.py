@@ -8,6 +8,8 @@
   CPU kernels are deterministic already.
 - `indexed_device`: `torch.cuda.set_device` (and a process's own device choice) needs an index; a bare
   "cuda" means this process's first visible GPU.
+- `make_current`: a process that sees several GPUs (the host of a tp engine) makes its own the current one,
+  so that nothing called without a device lands on another.
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ def indexed_device(device: str | torch.device) -> torch.device:
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", 0)
     return device
+
+
+def make_current(device: str | torch.device | None) -> None:
+    """Make a CUDA device this process's current one (before anything uses CUDA); nothing for another device or
+    where torch has no CUDA (a simulated GPU: the worker built on the device then says what is wrong)."""
+    if device is None or torch.device(device).type != "cuda" or not torch.cuda.is_available():
+        return
+    torch.cuda.set_device(indexed_device(device))
 
 
 def free_cached_memory(device: torch.device) -> bool:

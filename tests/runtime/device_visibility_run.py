@@ -1,9 +1,10 @@
 """Run by test_device_visibility.py in a subprocess (the test session already holds its own Ray connection):
-specs/ppo_qwen7b_rm_2x8.rl's processes started on a simulated 2-node cluster with 8 logical GPUs a node
-(`ray.cluster_utils.Cluster`), without building a worker (no model is loaded, no CUDA is touched); prints one
-JSON object: what every process sees and would use, read from inside it, with its Ray node.
+each plan's processes started on a simulated 2-node cluster with 8 logical GPUs a node
+(`ray.cluster_utils.Cluster`), one plan after the other, without building a worker (no model is loaded, no CUDA
+is touched); prints one JSON line a plan: what every process sees and would use, read from inside it, with its
+Ray node.
 
-    python -m tests.runtime.device_visibility_run SPEC
+    python -m tests.runtime.device_visibility_run '[["SPEC", ["key=value", ...]], ...]'
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import sys
 
 
-def main(spec: str) -> None:
+def main(plans: list[tuple[str, list[str]]]) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -29,23 +30,26 @@ def main(spec: str) -> None:
 
     local_only()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 8, "include_dashboard": False})
-    lowered = Lowered()
     try:
         cluster.add_node(num_cpus=8, num_gpus=8)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.ERROR)
-        plan = plan_from_spec(spec)
-        start_processes(plan, worker_specs(plan, {}), lowered, timeout_s=120, process_class=Probe)
-        out = {process: {**ray.get(handle.devices.remote()), "node_id": ray.get(handle.node_id.remote())}
-               for process, handle in lowered.processes.items()}
-        out = {"processes": out, "placements": [[p.role, p.replica, p.pool, p.node, p.devices, p.process]
-                                                for p in plan.placements]}
-        print("RESULT " + json.dumps(out))
+        for spec, overrides in plans:
+            plan = plan_from_spec(spec, *overrides)
+            lowered = Lowered()
+            try:
+                start_processes(plan, worker_specs(plan, {}), lowered, timeout_s=120, process_class=Probe)
+                out = {process: {**ray.get(handle.devices.remote()), "node_id": ray.get(handle.node_id.remote())}
+                       for process, handle in lowered.processes.items()}
+            finally:
+                lowered.shutdown()
+            print("RESULT " + json.dumps({
+                "processes": out, "pools": {p.name: p.device for p in plan.pools},
+                "placements": [[p.role, p.replica, p.pool, p.node, p.devices, p.process] for p in plan.placements]}))
     finally:
-        lowered.shutdown()
         ray.shutdown()
         cluster.shutdown()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(json.loads(sys.argv[1]))

@@ -1,9 +1,12 @@
-"""Device selection and visibility with Ray's logical GPUs (rlgraph/runtime/lowering.py show_span_devices,
-DeviceProcess.device): specs/ppo_qwen7b_rm_2x8.rl's 16 processes started on a simulated 2-node cluster with
-8 logical GPUs a node (in a subprocess, since this session already holds a Ray connection), no worker built.
-Read from inside every process: it uses its own GPU, as cuda:0; the process of each colocated SGLang rollout
-replica (tp = 2) also sees the GPU of the actor process that owns its second device; no other process sees
-more than its own."""
+"""Device selection and visibility with Ray's logical GPUs (rlgraph/runtime/lowering.py show_devices,
+DeviceProcess.device): plans started on a simulated 2-node cluster with 8 logical GPUs a node (in a subprocess,
+since this session already holds a Ray connection), no worker built, read from inside every process.
+
+- specs/ppo_qwen7b_rm_2x8.rl's 16 processes: each uses its own GPU, as cuda:0; the process of each colocated
+  SGLang rollout replica (tp = 2) also sees the GPU of the actor process that owns its second device; no other
+  process sees more than its own.
+- a GPU pool beside a cpu pool: the cpu pool's process sees no GPU and uses the CPU, although its node has GPUs
+  (the raylets see all 8, as on a GPU machine, where Ray leaves a process it gives no GPU all of them)."""
 
 from __future__ import annotations
 
@@ -12,17 +15,28 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from .helpers import REPO
 
 SPEC = REPO / "specs" / "ppo_qwen7b_rm_2x8.rl"
+# the reward model on a cpu pool beside the policy's GPU
+MIXED = (REPO / "tests" / "runtime" / "specs" / "ppo_arith_rm.rl", ["pool.main.device=gpu", "pool.main.memory=80GiB"])
 
 
-def test_every_process_sees_and_uses_the_devices_the_plan_gives_it():
+@pytest.fixture(scope="module")
+def results():
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    done = subprocess.run([sys.executable, "-m", "tests.runtime.device_visibility_run", str(SPEC)], cwd=REPO, env=env,
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(8))  # what a GPU node's raylet sees
+    plans = json.dumps([[str(SPEC), []], [str(MIXED[0]), MIXED[1]]])
+    done = subprocess.run([sys.executable, "-m", "tests.runtime.device_visibility_run", plans], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    return [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+
+
+def test_every_process_sees_and_uses_the_devices_the_plan_gives_it(results):
+    result = results[0]
     seen = result["processes"]
     owner = {}  # (pool, node, device) -> the process that owns it
     for role, replica, pool, node, devices, process in result["placements"]:
@@ -57,3 +71,13 @@ def test_every_process_sees_and_uses_the_devices_the_plan_gives_it():
     for process, inside in seen.items():
         expected = spanning.get(process, inside["gpu_ids"])
         assert inside["cuda_visible_devices"] == ",".join(expected), (process, inside)
+
+
+def test_a_cpu_pool_process_on_a_gpu_node_sees_no_gpu_and_uses_the_cpu(results):
+    result = results[1]
+    seen = result["processes"]
+    assert result["pools"] == {"main": "gpu", "reward": "cpu"} and sorted(seen) == ["actor/0", "rm/0"]
+    assert seen["actor/0"]["device"] == "cuda:0" and len(seen["actor/0"]["gpu_ids"]) == 1
+    assert seen["actor/0"]["cuda_visible_devices"] == seen["actor/0"]["gpu_ids"][0]
+    # before: device None (the workers' default, a GPU wherever torch sees one) and all 8 of the node's in view
+    assert seen["rm/0"] == {**seen["rm/0"], "gpu_ids": [], "device": "cpu", "cuda_visible_devices": ""}

@@ -64,3 +64,21 @@ def test_rng_state_round_trips_through_weights_only_load(tmp_path):
     set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
     assert torch.equal(torch.rand(3), expected[0])
     assert random.random() == expected[1] and np.random.rand() == expected[2]
+
+
+def test_a_process_that_has_not_used_cuda_keeps_no_cuda_rng_state_and_asks_cuda_nothing(monkeypatch):
+    # on a GPU node the driver and a cpu pool's processes see GPUs they never use: asking for (or setting) the
+    # CUDA RNG would open a context on the first of them, which another process uses
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    saved = torch.zeros(8, dtype=torch.uint8)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda *args: asked.append("get") or saved)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda *args: asked.append("set"))
+    state = rng_state()
+    assert "cuda" not in state
+    set_rng_state({**state, "cuda": saved})
+    assert asked == []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # a process whose workers run on its GPU
+    state = rng_state()
+    set_rng_state(state)
+    assert "cuda" in state and asked == ["get", "set"]  # the current device's, once

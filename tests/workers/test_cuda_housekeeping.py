@@ -51,3 +51,19 @@ def test_make_deterministic_sets_torch_and_cublas_up():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", ":4096:8", "False"]
+
+
+def test_a_process_makes_its_own_gpu_current_and_nothing_else(monkeypatch):
+    # the host of a tp engine sees its span's GPUs too: a call without a device must land on its own
+    current = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    for device in (None, "cpu", torch.device("cpu")):
+        cuda.make_current(device)
+    assert current == []
+    cuda.make_current("cuda")  # a bare cuda: the first GPU the process sees
+    cuda.make_current("cuda:1")
+    assert current == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # Ray's logical GPUs on a CPU machine
+    cuda.make_current("cuda:0")
+    assert len(current) == 2

@@ -192,6 +192,8 @@ def test_engine_arguments_on_cpu_and_gpu():
     gpu = engine_args("m", config, dtype="bfloat16", on_gpu=True, memory_fraction=0.3, tp=2, max_sequences=None)
     assert gpu["gpu_memory_utilization"] == 0.3 and gpu["enable_sleep_mode"] and gpu["tensor_parallel_size"] == 2
     assert "kv_cache_memory_bytes" not in gpu
+    # tp workers as processes of the rollout's own (inside a placement group vLLM would wait on Ray for GPUs)
+    assert gpu["distributed_executor_backend"] == "mp" and "distributed_executor_backend" not in cpu
     message = start_failure(ValueError("no room\nmore\nthird\nfourth"), cpu, on_gpu=False)
     assert "no room; more; third" in message and "fourth" not in message and "`max_sequences`" in message
     assert "max_model_len = 64" in message

@@ -99,7 +99,7 @@ class SGLangEngine(Engine):
         visible = torch.cuda.device_count()
         if visible < args["base_gpu_id"] + tp:
             # a colocated replica lives in the process of its first device; the lowering shows that process the
-            # GPUs of the others in its span (rlgraph/runtime/lowering.py show_span_devices)
+            # GPUs of the others in its span (rlgraph/runtime/lowering.py show_devices)
             raise ValueError(f"the sglang engine with tp = {tp} needs GPUs cuda:{args['base_gpu_id']} to "
                              f"cuda:{args['base_gpu_id'] + tp - 1} visible to its process, which sees {visible} "
                              f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}). Do not set "

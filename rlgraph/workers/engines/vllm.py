@@ -5,7 +5,8 @@ GPUs with the ordinary `vllm` package (`pip install 'rlgraph[vllm]'`). Only vLLM
 same code serves both; nothing of it has run on a GPU yet.
 
 What it calls:
-- `vllm.LLM(model=, dtype=, seed=, max_model_len=, max_num_seqs=, tensor_parallel_size=, enforce_eager=True,
+- `vllm.LLM(model=, dtype=, seed=, max_model_len=, max_num_seqs=, tensor_parallel_size=,
+  distributed_executor_backend="mp" (tp > 1), enforce_eager=True,
   skip_tokenizer_init=True, logprobs_mode="processed_logprobs", worker_extension_cls=,
   gpu_memory_utilization= (GPU) | kv_cache_memory_bytes= (CPU), enable_sleep_mode= (GPU))`, with
   VLLM_ENABLE_V1_MULTIPROCESSING=0: the engine core runs in this process (the rollout's Ray actor), so it
@@ -219,6 +220,11 @@ def engine_args(folder: str, config: dict[str, Any], *, dtype: str, on_gpu: bool
         "worker_extension_cls": EXTENSION,
         "disable_log_stats": True,
     }
+    if tp > 1:
+        # its tp workers as processes of this one, on the GPUs it is shown (lowering.show_devices): inside a Ray
+        # placement group vLLM would pick its Ray executor, whose workers wait for GPUs the bundles already give
+        # to rlgraph's processes, and never start
+        args["distributed_executor_backend"] = "mp"
     if on_gpu:
         args["gpu_memory_utilization"] = memory_fraction if memory_fraction is not None else 0.5
         args["enable_sleep_mode"] = True  # release_memory between generations (colocated with a trainer)
