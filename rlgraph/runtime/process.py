@@ -124,7 +124,8 @@ class DeviceProcess:
         try:
             import ray
 
-            if ray.get_runtime_context().get_actor_id() is None:  # built in a driver, not lowered
+            # is_initialized first: get_runtime_context would start a Ray instance of its own in a plain process
+            if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:  # not lowered
                 return None
             gpu_ids = ray.get_gpu_ids()
         except Exception:  # not under Ray (a unit test)
