@@ -19,6 +19,14 @@ folder, with a word-level tokenizer of the model's full vocabulary (no download)
 - fsdp on a one-rank group (nccl on a GPU, gloo on a CPU): update, generate, full state dict, save and reload
 - weight sync: bucketed stream vs whole state dict (seconds, host peak RSS)
 - throughput: generated tokens/s, trained tokens/s, model FLOPs utilisation against `--peak-tflops`
+- bf16 compute: the dtype a linear layer's output has inside log_prob and update (autocast engaged)
+- reserved memory: the caching allocator's reserved high-water mark beside the allocated one (GPU)
+- LoRA: only the adapters move in an update, the base stays bit-equal; the update's peak against full fine-tuning
+- remove_padding: packed passes' log-probs against the padded ones (or the refusal the runtime would give)
+- optimizer_offload: AdamW's moments on the host between steps, the parameters still move; the steady peak
+- param_offload (fsdp one rank, GPU only: FSDP2's CPUOffloadPolicy needs a device to gather to): shards on the host
+- release/resume: an engine's memory freed by release_memory, and the same tokens from the same seed after resume
+- not here: real sharding (world size 1 never shards a model across ranks; it needs two GPUs)
 
 Exit status 0 when every check passed, 1 otherwise; a check that fails prints FAIL and its reason and the
 others still run.
@@ -108,7 +116,7 @@ class Peak:
     baseline: int | None = None  # bytes resident before any model existed (set by main on a CPU)
 
     def __init__(self, device: torch.device) -> None:
-        self.device, self.gib = device, None
+        self.device, self.gib, self.reserved_gib = device, None, None  # reserved: the caching allocator's (GPU)
 
     def __enter__(self) -> "Peak":
         if self.device.type == "cuda":
@@ -124,6 +132,7 @@ class Peak:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             self.gib = torch.cuda.max_memory_allocated(self.device) / 2**30
+            self.reserved_gib = torch.cuda.max_memory_reserved(self.device) / 2**30
         elif Peak.baseline is not None:
             self.gib = (_status_bytes("VmHWM") - Peak.baseline) / 2**30
         self.seconds = time.perf_counter() - self.start
@@ -173,11 +182,13 @@ def optim(lr: float = 1e-6) -> s.OptimSettings:
                         schedule="constant", min_lr_ratio=0.0, decay_steps=None)
 
 
-def actor_settings(dtype: str, micro: int, *, strategy: str = "ddp", checkpointing: bool = False) -> s.ActorSettings:
+def actor_settings(dtype: str, micro: int, *, strategy: str = "ddp", checkpointing: bool = False,
+                   lora: s.LoraSettings | None = None, param_offload: bool = False, optimizer_offload: bool = False,
+                   remove_padding: bool = False, lr: float = 1e-6) -> s.ActorSettings:
     return s.ActorSettings(dtype=dtype, strategy=strategy, micro_batch=micro, micro_batch_tokens=None,
-                           entropy_coeff=0.0, optim=optim(),
-                           gradient_checkpointing=checkpointing, lora=None, param_offload=False,
-                           optimizer_offload=False, remove_padding=False)
+                           entropy_coeff=0.0, optim=optim(lr),
+                           gradient_checkpointing=checkpointing, lora=lora, param_offload=param_offload,
+                           optimizer_offload=optimizer_offload, remove_padding=remove_padding)
 
 
 def update_settings(micro: int) -> s.ActorUpdateSettings:
@@ -381,7 +392,9 @@ def main(argv: list[str] | None = None) -> int:
             actor.update(rollout, log_prob, advantages, settings=update_settings(micro), shuffle_seed=1)
         tokens = int(rollout.attention_mask.sum())
         flops = 6 * params * tokens  # forward + backward of every token the update reads
-        return {"peak_gib": peak.gib, "steady_peak_gib": steady.gib, "seconds": peak.seconds,
+        state["update_steady_gib"] = steady.gib
+        return {"peak_gib": peak.gib, "steady_peak_gib": steady.gib, "reserved_peak_gib": steady.reserved_gib,
+                "seconds": peak.seconds,
                 "tokens_per_s": tokens / peak.seconds,
                 "mfu": flops / peak.seconds / (args.peak_tflops * 1e12) if device.type == "cuda" else None,
                 "grad_dtypes": sorted(str(d) for d in grad_dtypes), "adam_dtypes": sorted(str(d) for d in adam),
@@ -473,6 +486,127 @@ def main(argv: list[str] | None = None) -> int:
             expect(torch.equal(mine[name].cpu(), tensor.cpu()), f"{name} differs after save and reload")
         return {"backend": backend, "dtensors": len(sharded), "generate_peak_gib": peak.gib,
                 "generate_s": peak.seconds, "saved_and_reloaded": True}
+
+    def fresh_update(actor: Any, seed: int = 0) -> dict[str, Any]:
+        """One update of `actor` on the generate check's rollout, with advantages of a fixed seed."""
+        rollout, log_prob = state["rollout"], state["log_prob"]
+        advantages = torch.randn(rollout.responses.shape, generator=torch.Generator().manual_seed(2))
+        return actor.update(rollout, log_prob, advantages, settings=update_settings(micro), shuffle_seed=seed)
+
+    def linear_output_dtypes(actor: Any, run: Callable[[], Any]) -> set[torch.dtype]:
+        seen: set[torch.dtype] = set()
+        layer = next(m for m in actor.module.modules() if isinstance(m, torch.nn.Linear))
+        hook = layer.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
+        try:
+            run()
+        finally:
+            hook.remove()
+        return seen
+
+    @report.check("bf16_compute")
+    def _() -> dict[str, Any]:
+        actor, rollout = state["actor"], state["rollout"]
+        scoring = linear_output_dtypes(actor, lambda: actor.log_prob(rollout, settings=s.LogProbSettings(
+            temperature=1.0, micro_batch=micro, micro_batch_tokens=None)))
+        training = linear_output_dtypes(actor, lambda: fresh_update(actor))
+        want = getattr(torch, args.dtype)
+        expect(scoring == {want} and training == {want},
+               f"linear outputs are {scoring} in log_prob and {training} in update, not {want}")
+        return {"log_prob": sorted(map(str, scoring)), "update": sorted(map(str, training))}
+
+    @report.check("lora")
+    def _() -> dict[str, Any]:
+        settings = actor_settings(args.dtype, micro, lora=s.LoraSettings(rank=8, alpha=16.0, dropout=0.0,
+                                                                          target_modules="all-linear"), lr=1e-3)
+        actor = PolicyWorker(str(folder), settings, seed=0, device=device)
+        named = dict(actor.module.named_parameters())
+        before = {name: p.detach().clone() for name, p in named.items()}
+        fresh_update(actor)  # the first step makes AdamW's state; the second is the steady one
+        with Peak(device) as steady:
+            fresh_update(actor, seed=1)
+        adapters = [n for n in named if "lora_" in n]
+        moved = [n for n, p in named.items() if not torch.equal(p.detach(), before[n])]
+        expect(adapters, "no LoRA adapter parameters")
+        expect(set(moved) <= set(adapters), f"base weights moved: {sorted(set(moved) - set(adapters))[:3]}")
+        expect(moved, "no adapter moved after two updates at lr 1e-3")
+        full = state.get("update_steady_gib")
+        if device.type == "cuda" and full:
+            expect(steady.gib < full, f"the LoRA update peaks at {steady.gib:.2f} GiB, not under full "
+                   f"fine-tuning's {full:.2f} GiB")
+        return {"adapters": len(adapters), "adapters_moved": len(moved), "steady_peak_gib": steady.gib,
+                "full_steady_peak_gib": full}
+
+    @report.check("remove_padding")
+    def _() -> dict[str, Any]:
+        rollout = state["rollout"]
+        scores = {}
+        for packed in (False, True):
+            try:
+                actor = PolicyWorker(str(folder), actor_settings(args.dtype, micro, remove_padding=packed), seed=0,
+                                     device=device)
+            except ValueError as err:  # the model cannot run packed rows here: the runtime refuses it the same way
+                return {"refused": str(err)[:160]}
+            scores[packed] = actor.log_prob(rollout, settings=s.LogProbSettings(temperature=1.0, micro_batch=micro,
+                                                                               micro_batch_tokens=None))
+            del actor
+        mask = rollout.loss_mask.bool()
+        diff = (scores[True] - scores[False]).abs()[mask]
+        bound = 1e-4 if args.dtype == "float32" else 0.05  # bf16: other kernels over other shapes, same math
+        expect(diff.mean().item() < bound, f"packed log-probs differ from padded ones by {diff.mean().item():.4g} "
+               f"on average (bound {bound})")
+        return {"max_abs": diff.max().item(), "mean_abs": diff.mean().item()}
+
+    @report.check("optimizer_offload")
+    def _() -> dict[str, Any]:
+        actor = PolicyWorker(str(folder), actor_settings(args.dtype, micro, optimizer_offload=True), seed=0,
+                             device=device)
+        before = {n: p.detach().clone() for n, p in actor.module.named_parameters()}
+        fresh_update(actor)
+        with Peak(device) as steady:
+            fresh_update(actor, seed=1)
+        moments = {t.device.type for st in actor.optim.optimizer.state.values() for t in st.values()
+                   if isinstance(t, torch.Tensor) and t.dim() > 0}
+        moved = sum(int(not torch.equal(p.detach(), before[n])) for n, p in actor.module.named_parameters())
+        expect(moments == {"cpu"}, f"AdamW's moments are on {moments} between steps")
+        expect(moved == len(before), f"only {moved} of {len(before)} parameters moved")
+        return {"moments_on": sorted(moments), "steady_peak_gib": steady.gib,
+                "full_steady_peak_gib": state.get("update_steady_gib")}
+
+    @report.check("param_offload")
+    def _() -> dict[str, Any]:
+        if device.type != "cuda":
+            return {"skipped": "FSDP2's CPU offload gathers to a GPU"}
+        with one_rank_group("nccl"):
+            actor = PolicyWorker(str(folder), actor_settings(args.dtype, micro, strategy="fsdp", param_offload=True),
+                                 seed=0, device=device)
+            actor.shard()
+            shards = {p.to_local().device.type for p in actor.module.parameters() if hasattr(p, "to_local")}
+            before = {n: p.to_local().detach().clone() for n, p in actor.module.named_parameters()}
+            with Peak(device) as peak:
+                fresh_update(actor)
+            moved = sum(int(not torch.equal(p.to_local().detach(), before[n]))
+                        for n, p in actor.module.named_parameters())
+        expect(shards == {"cpu"}, f"the shards are on {shards}")
+        expect(moved == len(before), f"only {moved} of {len(before)} parameters moved")
+        return {"shards_on": sorted(shards), "update_peak_gib": peak.gib}
+
+    @report.check("release_resume")
+    def _() -> dict[str, Any]:
+        worker = RolloutWorker(str(folder), s.RolloutSettings(
+            engine="hf", n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=response, tp=1,
+            memory_fraction=0.5, max_sequences=None, dtype=args.dtype,
+            val=s.ValSettings(n=1, temperature=0.0, top_p=1.0, top_k=0)), seed=0, device=str(device))
+        first = worker.generate(items[:2], settings=generate_settings(1, response, keep=False), seed=3)
+        held = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+        worker.release_memory()
+        released = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+        worker.resume_memory()
+        again = worker.generate(items[:2], settings=generate_settings(1, response, keep=False), seed=3)
+        expect(torch.equal(first.responses, again.responses), "other tokens from the same seed after resume")
+        if device.type == "cuda":
+            expect(released < held, f"release_memory freed nothing ({held} bytes allocated before and after)")
+        return {"held_gib": held / 2**30 if held is not None else None,
+                "released_gib": released / 2**30 if released is not None else None, "same_tokens": True}
 
     @report.check("plan_vs_measured")
     def _() -> dict[str, Any]:

@@ -20,7 +20,12 @@ def test_gpu_check_passes_every_check_in_cpu_mode(tmp_path):
     assert result["failed"] == []
     checks = result["checks"]
     assert set(checks) == {"mixed_precision", "generate", "log_prob", "update", "fp16_refused",
-                           "gradient_checkpointing", "weight_sync", "fsdp_one_rank", "plan_vs_measured"}
+                           "gradient_checkpointing", "weight_sync", "fsdp_one_rank", "plan_vs_measured",
+                           "bf16_compute", "lora", "remove_padding", "optimizer_offload", "param_offload",
+                           "release_resume"}
+    assert checks["bf16_compute"]["update"] == ["torch.bfloat16"]  # the default dtype, on a CPU too
+    assert checks["lora"]["adapters_moved"] > 0 and checks["optimizer_offload"]["moments_on"] == ["cpu"]
+    assert checks["param_offload"]["skipped"] == "FSDP2's CPU offload gathers to a GPU"
     assert checks["update"]["adam_dtypes"] == ["torch.float32"]
     assert checks["gradient_checkpointing"]["block_forwards_on"] == 2 * checks["gradient_checkpointing"]["block_forwards_off"]
     assert checks["plan_vs_measured"]["plan_gib"] > 0
