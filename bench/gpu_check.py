@@ -26,6 +26,7 @@ folder, with a word-level tokenizer of the model's full vocabulary (no download)
 - optimizer_offload: AdamW's moments on the host between steps, the parameters still move; the steady peak
 - param_offload (fsdp one rank, GPU only: FSDP2's CPUOffloadPolicy needs a device to gather to): shards on the host
 - release/resume: an engine's memory freed by release_memory, and the same tokens from the same seed after resume
+- resume: an actor saved (weights + optimizer state through a file) and rebuilt makes the update the one going on makes
 - not here: real sharding (world size 1 never shards a model across ranks; it needs two GPUs)
 
 Exit status 0 when every check passed, 1 otherwise; a check that fails prints FAIL and its reason and the
@@ -607,6 +608,24 @@ def main(argv: list[str] | None = None) -> int:
             expect(released < held, f"release_memory freed nothing ({held} bytes allocated before and after)")
         return {"held_gib": held / 2**30 if held is not None else None,
                 "released_gib": released / 2**30 if released is not None else None, "same_tokens": True}
+
+    @report.check("resume")
+    def _() -> dict[str, Any]:
+        settings = actor_settings(args.dtype, micro, lr=1e-4)
+        going_on = PolicyWorker(str(folder), settings, seed=0, device=device)
+        fresh_update(going_on)
+        saved = Path(tmp.name) / "resume"
+        going_on.save(saved)
+        # through a file, as a checkpoint does: the state dict holds the live moments, which the next step changes
+        torch.save(going_on.optimizer_state(), saved / "optimizer.pt")
+        resumed = PolicyWorker(str(saved), settings, seed=0, device=device)
+        resumed.load_optimizer_state(torch.load(saved / "optimizer.pt", weights_only=True))
+        fresh_update(going_on, seed=1)
+        fresh_update(resumed, seed=1)
+        mine = dict(resumed.module.named_parameters())
+        worst = max((p.detach() - mine[n].detach()).abs().max().item() for n, p in going_on.module.named_parameters())
+        expect(worst <= 1e-6, f"the resumed actor's update differs by {worst:.3g} from the one that went on")
+        return {"max_abs_diff": worst}
 
     @report.check("plan_vs_measured")
     def _() -> dict[str, Any]:

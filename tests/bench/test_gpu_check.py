@@ -22,7 +22,7 @@ def test_gpu_check_passes_every_check_in_cpu_mode(tmp_path):
     assert set(checks) == {"mixed_precision", "generate", "log_prob", "update", "fp16_refused",
                            "gradient_checkpointing", "weight_sync", "fsdp_one_rank", "plan_vs_measured",
                            "bf16_compute", "lora", "remove_padding", "optimizer_offload", "param_offload",
-                           "release_resume"}
+                           "release_resume", "resume"}
     assert checks["bf16_compute"]["update"] == ["torch.bfloat16"]  # the default dtype, on a CPU too
     assert checks["lora"]["adapters_moved"] > 0 and checks["optimizer_offload"]["moments_on"] == ["cpu"]
     assert checks["param_offload"]["skipped"] == "FSDP2's CPU offload gathers to a GPU"
