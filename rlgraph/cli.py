@@ -108,14 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     interpreter's finalization. What rlgraph started is already stopped, its output flushed."""
     from rlgraph.runtime.signals import StopRequest
 
-    stop = StopRequest()
+    # the program itself: a stop at once that Python cannot take (the main thread inside one of Ray's C++ calls)
+    # ends the process from the signal module's watcher
+    stop = StopRequest(ends_process=argv is None)
     with stop.installed():
         try:
             code = _command(_parser().parse_args(argv), stop)
         except KeyboardInterrupt:
             if not stop.received:
                 raise
-            sys.stderr.write(f"rlgraph: stopped by {stop.first_name}\n")
+            stop.say_stopped()  # "rlgraph: stopped by ...", unless the command said how it stopped
             code = stop.exit_code
     cluster = sys.modules.get("rlgraph.runtime.cluster")
     if argv is None and (stop.received or (cluster is not None and cluster.RAY_LEFT_DEAD.is_set())):

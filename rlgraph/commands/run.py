@@ -30,15 +30,19 @@ def run_command(file: str, overrides: list[str], output: str | None, address: st
     console = Console()
     with stop.installed():
         run_dir = Path(output) if output else default_run_dir(file)
+
+        def stopped_at_once() -> None:  # the main path's last line, and the signal watcher's (signals.py)
+            where = stop.run_dir if stop.run_dir is not None and stop.run_dir.is_dir() else run_dir
+            console.print(stopped_line(stop, where, escape(resume_command(file, overrides, where, address))),
+                          highlight=False, soft_wrap=True)
+
+        stop.last_words = stopped_at_once
         try:
             return _run_command(console, file, overrides, output, address, resume, accept_changes, stop)
         except KeyboardInterrupt:
             if not stop.received:  # not a signal of ours (e.g. a test's own KeyboardInterrupt)
                 raise
-            if (stop.run_dir or run_dir).is_dir():
-                run_dir = stop.run_dir or run_dir
-            console.print(stopped_line(stop, run_dir, escape(resume_command(file, overrides, run_dir, address))),
-                          highlight=False, soft_wrap=True)
+            stop.say_stopped()
             return stop.exit_code
 
 
@@ -128,7 +132,8 @@ def _train(console: Console, file: str, overrides: list[str], plan, run_dir: Pat
         if stop.received:  # it failed while stopping: the signal reached the run's Ray processes too
             died = getattr(err, "died", str(err))  # a process the signal ended: not a guess at memory
             cause = f" (it reached the run's Ray processes too: {escape(died.splitlines()[0])})"
-            console.print(stopped_line(stop, run_dir, again, cause), highlight=False, soft_wrap=True)
+            stop.say_stopped(lambda: console.print(stopped_line(stop, run_dir, again, cause), highlight=False,
+                                                   soft_wrap=True))
             return stop.exit_code
         resume = f" Resume with: {again}" if err.resumable else ""
         console.print(f"[bold red]error[/]: {escape(str(err))}{resume}", highlight=False, soft_wrap=True)
@@ -136,11 +141,12 @@ def _train(console: Console, file: str, overrides: list[str], plan, run_dir: Pat
     except Stopped as stopped:
         run_console.stop()
         if stopped.checkpoint is None:
-            console.print(f"[yellow]stopped[/] by {NAMES[stopped.signum]} before the first step; nothing was trained. "
-                          f"Start again with: {again}", highlight=False, soft_wrap=True)
+            line = (f"[yellow]stopped[/] by {NAMES[stopped.signum]} before the first step; nothing was trained. "
+                    f"Start again with: {again}")
         else:
-            console.print(f"[yellow]stopped[/] by {NAMES[stopped.signum]} after step {stopped.step}, checkpointed in "
-                          f"{escape(str(stopped.checkpoint))}. Resume with: {again}", highlight=False, soft_wrap=True)
+            line = (f"[yellow]stopped[/] by {NAMES[stopped.signum]} after step {stopped.step}, checkpointed in "
+                    f"{escape(str(stopped.checkpoint))}. Resume with: {again}")
+        stop.say_stopped(lambda: console.print(line, highlight=False, soft_wrap=True))
         return stopped.exit_code
     except KeyboardInterrupt:  # a second Ctrl-C, or a signal before the loop: run_command says what it stopped
         run_console.stop()

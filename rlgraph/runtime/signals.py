@@ -1,6 +1,6 @@
 """Preemption: SIGTERM (what a scheduler sends before it kills a job) and Ctrl-C stop a run cleanly.
 
-    stop = StopRequest(log)
+    stop = StopRequest(log, ends_process=True)  # `rlgraph` itself (cli.main); False for a Python caller
     with stop.installed():         # from the first line of `rlgraph` (cli.main) to the last
         run_plan(..., stop=stop)   # fit() defers from its first step on
 
@@ -12,7 +12,24 @@
 Presses are counted as they arrive, not as the handler runs: Python runs a handler only when the main thread
 is back in Python code (Ray's driver looks once a second while it waits), and two signals of a kind that arrive
 before it looks make one call. The C-level handler writes each signal's number into a wakeup pipe as it comes
-(signal.set_wakeup_fd); the handler reads them all, so a double Ctrl-C within that second is two presses.
+(signal.set_wakeup_fd), so a double Ctrl-C within that second is two presses.
+
+The watcher (`ends_process`). Inside some of Ray's C++ calls (ray.init waiting for its GCS, the shutdown of a
+recovery's dead processes) the main thread does not come back to Python at all: with the group's Ray ended by
+the same signal, Ray's own client ends the process 60 s later ("Failed to connect to GCS", exit 1, no resume
+line). So a thread of ours waits on the pipe (poll) and sees each signal as it arrives. When one means "stop at
+once" (any signal before the loop defers; a second Ctrl-C) and the handler has not taken it within GRACE_S, or
+the run, having taken it, has not ended UNWIND_S after it came (its clean-up waits on a dead Ray), the watcher
+ends the run itself: the same last line the main path prints (`last_words`, once, whoever comes first), SIGKILL
+to every process below this one (watchdog.kill_descendants), os._exit(128 + signal). It never acts on a
+deferred signal: the step in progress may take longer than any grace. A Python caller's process (rlgraph.run
+in a notebook) is not the run's to end: there is no watcher.
+
+One pipe, two readers, no count lost: both the watcher and the handler read it (non-blocking, the handler
+because the watcher may not have woken yet when it runs) under one lock, and append what they read to one list
+of arrivals; the handler takes the arrivals past those it took before (`_taken`), the watcher only looks at
+them, unless it ends the run (then it takes them, so the exit code and the line name the signal). A zero byte
+(never a signal's number) tells the watcher that `installed()` is closing.
 
 Ray's driver sets a SIGTERM handler of its own in ray.init (sys.exit) and its C++ core one that prints a
 stack dump; cluster.keeping_signal_handlers keeps ours over ray.init. The handlers before `installed()`
@@ -23,14 +40,24 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
+
+# The watcher's deadlines, from the arrival of a signal that stops at once (module doc): the handler takes it
+# within GRACE_S (it runs once the main thread is back in Python code); the run, having taken it, ends within
+# UNWIND_S (its clean-up stops the run's processes and a local Ray: seconds); SAY_S for the last line.
+GRACE_S = 3.0
+UNWIND_S = 15.0
+SAY_S = 2.0
 
 
 class _Stop:
@@ -63,15 +90,23 @@ class Stopped(Exception):
 class StopRequest:
     """The signals that asked the run to stop, if any. Never set outside `installed()`."""
 
-    def __init__(self, log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, log: Callable[[str], None] | None = None, *, ends_process: bool = False) -> None:
         self.log = log or (lambda message: None)
         self.received: list[int] = []
         self.at_once = False  # a second Ctrl-C, or a signal before the loop: stopped without a checkpoint
         self.deferring = False  # in the loop: a first signal lets the step finish
         self.phase = "starting"  # what the run does before the loop: "while {phase}" in the stop message
         self.run_dir: Path | None = None  # where the run writes, once known: the stop message names its checkpoint
+        self.ends_process = ends_process  # the process is `rlgraph` itself: the watcher may end it
+        self.last_words: Callable[[], None] = self._default_words  # the line a stop ends with (`say_stopped`)
         self._previous: dict[int, Any] | None = None
-        self._arrivals: int | None = None  # the wakeup pipe's read end: one byte per signal as it arrived
+        self._pipe: int | None = None  # the wakeup pipe's read end: one byte per signal as it arrived
+        self._lock = threading.RLock()  # the pipe, the arrivals; reentrant: a handler can run inside a handler
+        self._arrivals: list[tuple[int, float]] = []  # (signal, time.monotonic() it was read), in order
+        self._taken = 0  # the arrivals the handler took (or the watcher, ending the run)
+        self._closing = False
+        self._said = False
+        self._first_at_once: float | None = None  # when the watcher first saw a stop at once the handler took
 
     @property
     def requested(self) -> bool:
@@ -87,6 +122,18 @@ class StopRequest:
 
     def stopped(self, step: int, checkpoint: Path | None) -> Stopped:
         return Stopped(self.received[0], step, checkpoint)
+
+    def say_stopped(self, words: Callable[[], None] | None = None) -> None:
+        """Print the run's last line, `words` or else `last_words`: once, from the main path or the watcher."""
+        with self._lock:
+            if self._said:
+                return
+            self._said = True
+        (words or self.last_words)()
+
+    def _default_words(self) -> None:
+        sys.stderr.write(f"rlgraph: stopped by {self.first_name}\n")
+        sys.stderr.flush()
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[StopRequest]:
@@ -106,7 +153,8 @@ class StopRequest:
             counting.close()
 
     def _count_arrivals(self) -> contextlib.ExitStack:
-        """The wakeup pipe, unless something else (an asyncio loop) has one: then each handler call is a press."""
+        """The wakeup pipe and its watcher, unless something else (an asyncio loop) has a wakeup fd: then each
+        handler call is a press, and nothing watches."""
         stack = contextlib.ExitStack()
         read_end, write_end = os.pipe()
         for fd in (read_end, write_end):
@@ -117,22 +165,37 @@ class StopRequest:
             signal.set_wakeup_fd(theirs)
             stack.close()
             return stack
-        self._arrivals = read_end
-        stack.callback(setattr, self, "_arrivals", None)
+        self._pipe, self._closing = read_end, False
+        stack.callback(setattr, self, "_pipe", None)
+        if self.ends_process:
+            watcher = threading.Thread(target=self._watch, args=(read_end,), name="rlgraph-stop-watcher", daemon=True)
+            watcher.start()
+            stack.callback(watcher.join, 5.0)
+            stack.callback(os.write, write_end, b"\0")  # the watcher's cue to end (after the line below)
         stack.callback(signal.set_wakeup_fd, -1)  # run first: nothing writes into the pipe once it closes
         return stack
 
+    def _read_pipe(self) -> None:
+        """Append what arrived in the pipe to the arrivals (hold `_lock`)."""
+        if self._pipe is None:
+            return
+        arrived = b""
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(self._pipe, 256):
+                arrived += chunk
+        now = time.monotonic()
+        self._closing = self._closing or 0 in arrived
+        self._arrivals.extend((number, now) for number in arrived if number in SIGNALS)
+
     def _arrived(self, signum: int) -> list[int]:
         """The signals of ours that arrived since the handler last ran (`signum` itself without the pipe)."""
-        if self._arrivals is None:
+        if self._pipe is None:
             return [signum]
-        arrived = b""
-        with contextlib.suppress(BlockingIOError):
-            while chunk := os.read(self._arrivals, 256):
-                arrived += chunk
+        self._read_pipe()
         # a signal that arrives while the handler runs was read above and trips the handler once more: that
         # call finds nothing new, and counts nothing
-        return [number for number in arrived if number in SIGNALS]
+        taken, self._taken = self._taken, len(self._arrivals)
+        return [number for number, _ in self._arrivals[taken:]]
 
     def install(self) -> None:
         """(Re)install the handlers: inside `installed()` only, e.g. after something replaced them."""
@@ -142,20 +205,81 @@ class StopRequest:
             signal.signal(signum, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        was_at_once = self.at_once
-        for arrived in self._arrived(signum):
-            self._receive(arrived)
-        # once: what everything already unwinds on (actors, Ray and the console stop); a later press must not
-        # cut that clean-up short
-        if self.at_once and not was_at_once:
+        with self._lock:
+            was_at_once = self.at_once
+            for arrived in self._arrived(signum):
+                self._receive(arrived)
+            # once: what everything already unwinds on (actors, Ray and the console stop); a later press must not
+            # cut that clean-up short
+            raise_now = self.at_once and not was_at_once
+        if raise_now:
             raise KeyboardInterrupt
 
     def _receive(self, signum: int) -> None:
         self.received.append(signum)
-        if not self.deferring or (signum == signal.SIGINT and len(self.received) > 1):
+        if _stops_at_once(signum, len(self.received) - 1, self.deferring):
             self.at_once = True
             return
         if len(self.received) > 1:  # a repeated SIGTERM, or SIGTERM after Ctrl-C: already stopping
             return
         again = " (Ctrl-C again stops at once, without it)" if signum == signal.SIGINT else ""
         self.log(f"[yellow]{NAMES[signum]}[/]: stopping after the step in progress, with a checkpoint of it{again}")
+
+    # --- the watcher
+
+    def _watch(self, read_end: int) -> None:
+        poller = select.poll()
+        poller.register(read_end, select.POLLIN)
+        while True:
+            with self._lock:
+                self._read_pipe()
+                if self._closing:
+                    return
+                deadline = self._deadline()
+            if deadline is not None and time.monotonic() >= deadline:
+                self._end_process()
+                return
+            wait_ms = None if deadline is None else max(1, int((deadline - time.monotonic()) * 1000) + 1)
+            with contextlib.suppress(InterruptedError):
+                poller.poll(wait_ms)
+
+    def _deadline(self) -> float | None:
+        """When the watcher ends the run: GRACE_S after an at-once signal the handler has not taken, UNWIND_S
+        after one it took (the run unwinds); None while nothing stops at once (hold `_lock`)."""
+        received = len(self.received)
+        for index, (signum, arrived) in enumerate(self._arrivals):
+            if index < self._taken:
+                continue
+            if _stops_at_once(signum, received + index - self._taken, self.deferring):
+                first = self._first_at_once or arrived
+                return min(arrived + GRACE_S, first + UNWIND_S)
+        if self.at_once:  # taken by the handler: the run unwinds (or the handler read it before the watcher did)
+            self._first_at_once = self._first_at_once or time.monotonic()
+            return self._first_at_once + UNWIND_S
+        return None
+
+    def _end_process(self) -> None:
+        """What the main path would do, without it: the last line, every process below this one killed, the exit."""
+        with self._lock:
+            self.received.extend(number for number, _ in self._arrivals[self._taken:])
+            self._taken = len(self._arrivals)
+            self.at_once = True
+            code = self.exit_code
+        # the line in a thread of its own: a console lock the stuck main thread holds must not keep the run alive
+        saying = threading.Thread(target=self.say_stopped, name="rlgraph-last-words", daemon=True)
+        saying.start()
+        saying.join(SAY_S)
+        from rlgraph.runtime.watchdog import kill_descendants
+
+        with contextlib.suppress(Exception):
+            kill_descendants()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def _stops_at_once(signum: int, before: int, deferring: bool) -> bool:
+    """Whether a signal, after `before` others, stops at once: out of the loop any does; in it a Ctrl-C after
+    another signal does."""
+    return not deferring or (signum == signal.SIGINT and before > 0)

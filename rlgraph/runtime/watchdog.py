@@ -13,6 +13,7 @@ Ray instance the run started itself is watched: one it attached to is not the ru
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -21,16 +22,21 @@ import time
 from pathlib import Path
 
 POLL_S = 0.5
+_STARTED: set[int] = set()  # the watchdogs this process started: kill_descendants spares them
 
 
 def start(driver_pid: int | None = None) -> subprocess.Popen:
     """The watchdog of this process (its own session: Ctrl-C in the terminal does not reach it)."""
-    return subprocess.Popen([sys.executable, "-m", "rlgraph.runtime.watchdog", str(driver_pid or os.getpid())],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    watchdog = subprocess.Popen([sys.executable, "-m", "rlgraph.runtime.watchdog", str(driver_pid or os.getpid())],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    _STARTED.add(watchdog.pid)
+    return watchdog
 
 
 def stop(watchdog: subprocess.Popen | None) -> None:
+    if watchdog is not None:
+        _STARTED.discard(watchdog.pid)
     if watchdog is not None and watchdog.poll() is None:
         watchdog.terminate()
         try:
@@ -65,6 +71,28 @@ def descendants(root: int) -> dict[int, str]:
                 found[child] = started
                 todo.append(child)
     return found
+
+
+def kill_descendants(root: int | None = None) -> int:
+    """SIGKILL every process below `root` (this process), sparing the watchdogs it started (they sweep what
+    is no longer below it: workers of a raylet already gone); returns how many were killed. Each is stopped
+    (SIGSTOP) before any is killed, until a fresh look finds no new one: a parent killed first would leave
+    its children to init, out of reach, and one still running could start another meanwhile."""
+    root = root or os.getpid()
+    frozen: dict[int, str] = {}
+    while found := {pid: started for pid, started in descendants(root).items()
+                    if pid not in frozen and pid not in _STARTED}:
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        frozen.update(found)
+    killed = 0
+    for pid, started in frozen.items():
+        if _start_time(pid) == started:  # still the process we saw, not a new one with its pid
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 def watch(driver: int) -> None:

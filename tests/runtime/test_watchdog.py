@@ -67,3 +67,19 @@ def test_a_stopped_watchdog_touches_nothing():
     finally:
         for pid in left:
             os.kill(pid, signal.SIGKILL)
+
+
+def test_kill_descendants_kills_every_process_below_but_the_watchdog():
+    driver, guard = started_driver()
+    below = list(watchdog.descendants(driver.pid))
+    assert len(below) == 2
+    killer = subprocess.run([sys.executable, "-c", "from rlgraph.runtime import watchdog; import os; "
+                             f"print(watchdog.kill_descendants({driver.pid}))"], capture_output=True, text=True)
+    assert killer.stdout.strip() == "2", killer.stderr
+    deadline = time.time() + 5
+    while any(alive(pid) for pid in below) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in below)
+    driver.kill()
+    driver.wait()
+    guard.wait(timeout=5)
