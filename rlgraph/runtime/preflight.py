@@ -282,13 +282,13 @@ def _check_judge_parsers(plan: Plan) -> None:
 
 
 def _tokenizer(plan: Plan, model_paths: dict[str, str]) -> Any:
-    from transformers import AutoTokenizer
+    from rlgraph.models.char_tokenizer import load_tokenizer
 
     generate = generate_call(plan)
     role = generate.target if generate and generate.target in model_paths else next(iter(model_paths))
     path = model_paths[role]
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return load_tokenizer(path)  # AutoTokenizer's, imported only where needed
     except Exception as err:
         hint = ""
         if "sentencepiece" in str(err) or "tiktoken" in str(err):
