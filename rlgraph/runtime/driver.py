@@ -21,11 +21,14 @@ from typing import Any
 import ray
 import torch
 
+from rlgraph.contract.rollouts import filter_call
 from rlgraph.plan.model import Plan
-from rlgraph.runtime.errors import RunError, ProcessDiedError
+from rlgraph.runtime.errors import ProcessDiedError, RunError
 from rlgraph.runtime.group import Pending, StageBatch
 from rlgraph.runtime.lowering import Lowered
+from rlgraph.runtime.rounds import SamplingRounds
 from rlgraph.runtime.step import Fields, InFlight, StepResult, StepRunner
+from rlgraph.runtime.time_share import TimeShare, time_shared_rollouts
 
 # Driver-made tensors up to this size go to a call by value (advantages, returns: a few KiB each).
 _BY_VALUE_BYTES = 64 * 1024
@@ -154,8 +157,6 @@ def remote_step(plan: Plan, lowered: Lowered, rewards: dict[str, Any], time_shar
     """The step run inside the plan's one process, when it has one (every role there); None (and the per-stage
     path) if that process cannot take it: a step with filter_groups (a refill draws prompts, which only the
     driver has), or a reward function the process cannot import."""
-    from rlgraph.contract.rollouts import filter_call
-
     processes = list(lowered.processes.values())
     if len(processes) != 1 or filter_call(plan.calls) is not None:
         return None
@@ -167,10 +168,13 @@ def remote_step(plan: Plan, lowered: Lowered, rewards: dict[str, Any], time_shar
     return RemoteStep(processes[0], lowered, driver_calls)
 
 
-def ray_step_runner(plan: Plan, lowered: Lowered, specs: dict[str, Any], driver_calls: Any) -> StepRunner:
-    """The step runner whose role calls go through Ray, a time-shared rollout woken and put to sleep around its
-    generate calls (the training loop composes the same, sharing the rollout's sleep and wake with validation)."""
-    from rlgraph.runtime.time_share import TimeShare, time_shared_rollouts
-
+def ray_step_runner(plan: Plan, lowered: Lowered, specs: dict[str, Any], driver_calls: Any,
+                    memory: TimeShare | None = None) -> StepRunner:
+    """The step runner whose role calls go through Ray, composed: a time-shared rollout woken and put to sleep
+    around its generate calls (`memory`; the training loop shares its own with validation), DAPO's sampling
+    rounds when the schedule filters groups."""
     roles = RayRoles(lowered)
-    return StepRunner(plan, roles, driver_calls, TimeShare(roles, time_shared_rollouts(plan, specs)))
+    filter_ = filter_call(plan.calls)
+    return StepRunner(plan, roles, driver_calls,
+                      memory if memory is not None else TimeShare(roles, time_shared_rollouts(plan, specs)),
+                      SamplingRounds(filter_) if filter_ is not None else None)

@@ -30,7 +30,7 @@ from rich.markup import escape
 from rlgraph.plan.model import Plan
 from rlgraph.runtime import checkpoint as ckpt
 from rlgraph.runtime.console import RunConsole
-from rlgraph.runtime.driver import RayRoles, ray_errors, remote_step
+from rlgraph.runtime.driver import RayRoles, ray_errors, ray_step_runner, remote_step
 from rlgraph.runtime.errors import RunError
 from rlgraph.runtime.evaluate import (demonstration_answers, demonstration_nll, validation_batches,  # noqa: F401
                                       validation_metrics, validation_reward, validation_sampling, validation_scores,
@@ -42,7 +42,7 @@ from rlgraph.runtime.process import rng_state, set_rng_state
 from rlgraph.runtime.roles import WorkerSpec, generate_call
 from rlgraph.runtime.signal_guard import SignalGuard
 from rlgraph.runtime.signals import STOP, StopRequest
-from rlgraph.runtime.step import InFlight, StepRunner, is_supervised
+from rlgraph.runtime.step import InFlight, is_supervised
 from rlgraph.runtime.time_share import TimeShare, time_shared_rollouts
 from rlgraph.runtime.transforms import DriverCalls
 from rlgraph.runtime.update_guard import UpdateGuard
@@ -115,7 +115,7 @@ class Trainer:
         if self.runner is not None:
             console.log("every role lives in one process: each step runs there in one call")
         else:
-            self.runner = StepRunner(plan, roles, self.driver_calls, self.memory)
+            self.runner = ray_step_runner(plan, lowered, specs, self.driver_calls, self.memory)
         self.loader = make_dataloader(prepared.train, plan.data.batch_size, self.seed,
                                       shuffle=plan.data.shuffle)
         self.step = 0

@@ -11,7 +11,7 @@ is dropped, as verl drops it), and the rest of the step runs once, on them.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,15 +26,17 @@ if TYPE_CHECKING:
 
 
 class SamplingRounds:
-    def __init__(self, runner: StepRunner, filter_: CallPlan) -> None:
-        self.runner, self.filter = runner, filter_
+    """The rounds of a step whose schedule holds `filter_` (a filter_groups call), run by its StepRunner."""
 
-    def run(self, flight: InFlight, result: StepResult) -> Fields:
+    def __init__(self, filter_: CallPlan) -> None:
+        self.filter = filter_
+
+    def run(self, runner: StepRunner, flight: InFlight, result: StepResult) -> Fields:
         """Run the stages before the filter on the step's prompts, keep the prompts whose samples did not all get
         the same value, and draw and generate more prompts (a round) until data.batch_size are kept, at most
         `max_rounds` rounds (verl: filter_groups.max_num_gen_batches; like verl, the run stops when they do not
         suffice). Returns the step's fields, of the first batch_size kept prompts."""
-        runner, plan = self.runner, self.runner.plan
+        plan = runner.plan
         step, want, max_rounds = flight.step, plan.data.batch_size, self.filter.settings.max_rounds
         before = [stage for stage in plan.schedule if stage.stage < self.filter.stage]
         fields, generates = flight.fields, flight.generates
@@ -72,12 +74,12 @@ class SamplingRounds:
             "train/filtered_group_ratio": (generated - kept) / generated,
         })
         result.stages.append(0.0)  # the filter's own stage: its seconds are the rounds'
-        return self.merge(rounds, want)
+        return self.merge(runner, rounds, want)
 
-    def merge(self, rounds: list[tuple[Fields, torch.Tensor, torch.Tensor | None]], want: int) -> Fields:
+    def merge(self, runner: StepRunner, rounds: list[tuple[Fields, torch.Tensor, torch.Tensor | None]],
+              want: int) -> Fields:
         """The kept rows of every round's fields, one round after another, the first `want` prompts; their
         uids renumbered so each prompt's rows stay one group."""
-        runner = self.runner
         responses = runner.responses_field
         parts, tensors, unscored_parts, prompts = [], {}, [], []
         for fields, keep, unscored in rounds:

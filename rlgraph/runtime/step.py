@@ -30,7 +30,7 @@ import hashlib
 import math
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -39,6 +39,7 @@ from rlgraph.contract.rollouts import DEMOS, filter_call, generate_calls, sft_ca
 from rlgraph.plan.model import CallPlan, Plan, Stage
 from rlgraph.runtime.errors import RunError
 from rlgraph.runtime.metrics import batch_metrics, timing_name
+from rlgraph.runtime.time_share import TimeShare
 
 SEMANTIC_PORTS = METRIC_PORTS  # the ports the batch metrics read by their meaning (the role-method table's)
 SAMPLES_PER_STEP = 4  # rows of a step written to samples.jsonl
@@ -370,12 +371,10 @@ class StepRunner:
     """The Plan's schedule for one training step, its role calls made through `roles`; `driver_calls` runs the
     rewards and transforms (rlgraph/runtime/transforms.py), `memory` wakes and puts to sleep a rollout with an
     engine of its own on a trained role's devices (rlgraph/runtime/time_share.py). A step with filter_groups (DAPO)
-    runs the stages up to the filter round after round (rlgraph/runtime/rounds.py)."""
+    runs the stages up to the filter round after round: `rounds` (rlgraph/runtime/rounds.py, `SamplingRounds`)."""
 
-    def __init__(self, plan: Plan, roles: Roles, driver_calls: Any, memory: Any = None) -> None:
-        from rlgraph.runtime.rounds import SamplingRounds
-        from rlgraph.runtime.time_share import TimeShare
-
+    def __init__(self, plan: Plan, roles: Roles, driver_calls: Any, memory: TimeShare | None = None,
+                 rounds: Any = None) -> None:
         self.plan, self.roles, self.driver_calls = plan, roles, driver_calls
         self.memory = memory if memory is not None else TimeShare(roles, ())
         self.seed = plan.train.seed
@@ -389,7 +388,9 @@ class StepRunner:
         if self.filter is not None and (plan.train.staleness or len(self.generates) > 1):
             raise RunError("filter_groups refills only a synchronous step (train.staleness = 0) with one generate "
                            "call; `rlgraph check` the spec")
-        self.rounds = SamplingRounds(self, self.filter) if self.filter is not None else None
+        if (self.filter is None) != (rounds is None):
+            raise ValueError("a step with filter_groups runs its sampling rounds, and only such a step")
+        self.rounds = rounds
 
     def run(self, step: int, prompts: list[dict[str, Any]], version: int | None = None) -> StepResult:
         """One synchronous step: generate with the weights the rollouts hold, then the rest of the schedule."""
@@ -428,7 +429,7 @@ class StepRunner:
         self.memory.sleep()
         stages = self.plan.schedule
         if self.rounds is not None:  # the stages up to the filter, round after round, then the rest on what it kept
-            fields = self.rounds.run(flight, result)
+            fields = self.rounds.run(self, flight, result)
             stages = [stage for stage in stages if stage.stage > self.filter.stage]
         for stage in stages:
             self.run_stage(stage, step, fields, flight.generates, result)
