@@ -18,9 +18,10 @@ There are two ways to call a role, and one loop for both (`Roles`):
   hybrid engine) the driver hands the whole step to that process in one Ray call (`driver.RemoteStep`, run by
   `DeviceProcess.run_step`); rewards and transforms are pure torch on small tensors, so they run there too.
 
-The same calls, arguments and seeds either way, so both train bit for bit alike. The pieces around a step are
-their own modules, composed by the training loop (rlgraph/runtime/loop.py): DAPO's sampling rounds
-(rounds.py), a rollout's sleep and wake (time_share.py), weight sync (weights.py), policy versions (versions.py).
+The same calls, arguments and seeds either way, so both train bit for bit alike (tests/runtime/test_step_runner.py).
+The pieces around a step are their own modules: DAPO's sampling rounds (rounds.py) and a rollout's sleep and wake
+(time_share.py), which the runner is given (driver.ray_step_runner), and the weight sync (weights.py) and policy
+versions (versions.py), which the training loop (rlgraph/runtime/loop.py) runs between steps.
 """
 
 from __future__ import annotations
