@@ -109,12 +109,13 @@ def main() -> int:
     from rlgraph.compiler import compile_spec
     from rlgraph.plan.build import plan_spec
     from rlgraph.runtime.cluster import ray_cluster
-    from rlgraph.runtime.driver import StepDriver, wait_fail_fast
+    from rlgraph.runtime.driver import wait_fail_fast
     from rlgraph.runtime.lowering import Lowered, lower
     from rlgraph.runtime.preflight import preflight
     from rlgraph.runtime.roles import worker_specs
-    from rlgraph.runtime.transforms import DriverCalls
+    from rlgraph.runtime.versions import PolicyVersions
     from rlgraph.runtime.weight_sync import start_sync
+    from rlgraph.runtime.weights import WeightSync
     from rlgraph.workers.weight_sync import BUCKET_BYTES
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -131,11 +132,11 @@ def main() -> int:
             lowered = Lowered()
             try:
                 lower(plan, specs, lowered)
-                driver = StepDriver(plan, lowered, specs, DriverCalls(plan, prepared.rewards))
+                weights = WeightSync(plan, lowered, specs, PolicyVersions())
                 edge = lowered.sync_edges[("actor", "rollout")]
                 pids = {process: lowered.info[process]["pid"] for process in edge.processes}
                 collective = measure(lambda: wait_fail_fast(start_sync(lowered, edge)), pids, args.repeats)
-                object_store = measure(lambda: driver.sync_through_object_store("actor", "rollout"), pids, args.repeats)
+                object_store = measure(lambda: weights.through_object_store("actor", "rollout"), pids, args.repeats)
                 startup_s = lowered.seconds.get("weight_sync_groups")
             finally:
                 lowered.shutdown()

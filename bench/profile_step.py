@@ -6,9 +6,9 @@ Runs `run_plan` in this process (a private local Ray instance, as `rlgraph run`)
 wrapped around the step driver's parts (nothing in rlgraph is changed; the wrappers are installed
 on the classes before the run):
 
-    launch          StepDriver._launch: building the arguments (ray.put of driver-made tensors) and
+    launch          StepRunner.launch_call: building the arguments (ray.put of driver-made tensors) and
                     submitting the actor calls
-    driver calls    StepDriver._run_on_driver: reward and transforms, with the ray.get of their inputs
+    driver calls    StepRunner.run_on_driver: reward and transforms, with the ray.get of their inputs
                     (the Rollout, the log-probs, the values); it overlaps with the calls in flight
     wait            ray.wait on a stage's calls
     collect         Pending.seconds / Pending.result and the update metrics' ray.get after the wait
@@ -40,6 +40,7 @@ def profile(spec: str, steps: int, warmup: int, run_dir: Path) -> dict[str, Any]
     import ray
 
     import rlgraph.runtime.driver as driver
+    import rlgraph.runtime.step as step_module
     from rlgraph.compiler import compile_spec
     from rlgraph.plan.build import build_plan
     from rlgraph.runtime import run_plan
@@ -66,25 +67,26 @@ def profile(spec: str, steps: int, warmup: int, run_dir: Path) -> dict[str, Any]
         return wrapper
 
     originals = {
-        (driver.StepDriver, "_launch"): "launch", (driver.StepDriver, "_run_on_driver"): "driver calls",
+        (step_module.StepRunner, "launch_call"): "launch", (step_module.StepRunner, "run_on_driver"): "driver calls",
         (Pending, "seconds"): "collect", (Pending, "result"): "collect",
     }
     saved = [(owner, name, getattr(owner, name)) for owner, name in originals]
-    saved_wait, saved_get, saved_metrics = driver.ray.wait, driver.ray.get, driver.batch_metrics
-    launch_original, finish_original = driver.StepDriver.launch, driver.StepDriver.finish
+    saved_wait, saved_get, saved_metrics = driver.ray.wait, driver.ray.get, step_module.batch_metrics
+    runners = (step_module.StepRunner, driver.RemoteStep)  # through Ray, or the whole step in one process
+    originals_of = {runner: (runner.launch, runner.finish) for runner in runners}
     started = [0.0]
 
     # a step is launch (its generate sent) then finish (the rest): synchronously one right after the other
-    def launch(self, step, prompts):
+    def launch(self, step, prompts, version=None):
         current.clear()
         depth[0] = 0
         started[0] = time.perf_counter()
-        return launch_original(self, step, prompts)
+        return originals_of[type(self)][0](self, step, prompts, version)
 
     def finish(self, flight):
-        result = finish_original(self, flight)
+        result = originals_of[type(self)][1](self, flight)
         current["driver.run"] = time.perf_counter() - started[0]
-        current["in one process"] = float(self.local is not None)
+        current["in one process"] = float(isinstance(self, driver.RemoteStep))
         per_step.append(dict(current))
         return result
 
@@ -93,15 +95,17 @@ def profile(spec: str, steps: int, warmup: int, run_dir: Path) -> dict[str, Any]
             setattr(owner, name, timed(label, getattr(owner, name)))
         driver.ray.wait = timed("wait", saved_wait)
         driver.ray.get = timed("collect", saved_get)  # ray.get outside the other timers: the update metrics
-        driver.batch_metrics = timed("batch metrics", saved_metrics)
-        driver.StepDriver.launch, driver.StepDriver.finish = launch, finish
+        step_module.batch_metrics = timed("batch metrics", saved_metrics)
+        for runner in runners:
+            runner.launch, runner.finish = launch, finish
         plan = build_plan(compile_spec(spec, [f"train.steps={steps}", *NO_EXTRAS]))
         result = run_plan(plan, run_dir, resume=False)
     finally:
         for owner, name, fn in saved:
             setattr(owner, name, fn)
-        driver.ray.wait, driver.ray.get, driver.batch_metrics = saved_wait, saved_get, saved_metrics
-        driver.StepDriver.launch, driver.StepDriver.finish = launch_original, finish_original
+        driver.ray.wait, driver.ray.get, step_module.batch_metrics = saved_wait, saved_get, saved_metrics
+        for runner in runners:
+            runner.launch, runner.finish = originals_of[runner]
         if ray.is_initialized():
             ray.shutdown()
 

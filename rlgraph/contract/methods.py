@@ -2,7 +2,7 @@
 
 Both sides read it: the compiler builds its call signatures from these ports (rlgraph/compiler/builtins.py
 adds docs and the spec's keyword arguments), and the step driver dispatches a role call from the same
-entry (rlgraph/runtime/driver.py). tests/contract/test_methods.py holds the workers to it: every worker
+entry (rlgraph/runtime/step.py, the one stage loop, through Ray or in process). tests/contract/test_methods.py holds the workers to it: every worker
 class that hosts a role kind has each method with these inputs and a `settings` argument.
 
 How a call reaches its worker: `worker.<worker_method>(rollout, *token inputs in port order,
@@ -29,11 +29,21 @@ TENSOR_KINDS = (TOKEN, TOP_K)  # per-token tensors a call takes after the rollou
 DISPATCH_MODES = ("split", "each", "all", "one")
 
 
+# Port names whose tensors the step's batch metrics read by their meaning (critic/score, critic/advantages,
+# critic/values, ...), whichever call makes them: a role method's output (`critic.values`, `reward_model.score`)
+# or a reward's or transform's (rlgraph/runtime/step.py keeps them as the step runs).
+METRIC_PORTS = ("scores", "rewards", "advantages", "returns", "values")
+
+
 @dataclass(frozen=True)
 class Port:
     name: str  # the parameter's meaning, e.g. `old_log_prob`
     kind: str  # prompts | responses | token
     optional: bool = False
+    # an output the call's first output holds, as this attribute: generate's log-probs, kept inside the Rollout
+    # it returns (`sample_log_probs`). The step reads it from there and passes it to no role call (a worker
+    # takes it from the rollout it gets anyway: `actor.update`'s `old_log_prob` None).
+    within: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,9 @@ class RoleMethod:
         """The per-token tensors the worker method takes after the rollout, in port order."""
         return tuple(p for p in self.inputs if p.kind in TENSOR_KINDS)
 
+    def output(self, name: str) -> Port | None:
+        return next((p for p in self.outputs if p.name == name), None)
+
 
 # role kind -> the worker class that hosts it (rlgraph/workers); a rollout colocated with the policy
 # it is synced from generates with that policy worker's module instead (the hybrid engine).
@@ -65,7 +78,8 @@ _UPDATE_ARGS = ("shuffle_seed",)
 
 ROLE_METHODS: dict[tuple[str, str], RoleMethod] = {(m.kind, m.method): m for m in (
     RoleMethod("rollout", "generate", "generate", (Port("prompts", PROMPTS),),
-               (Port("responses", RESPONSES), Port("log_prob", TOKEN)), "each", s.GenerateSettings,
+               (Port("responses", RESPONSES), Port("log_prob", TOKEN, within="sample_log_probs")), "each",
+               s.GenerateSettings,
                _GENERATE_ARGS, min_outputs=1),
     RoleMethod("actor", "log_prob", "log_prob", _RESPONSES, (Port("log_prob", TOKEN),), "split", s.LogProbSettings),
     RoleMethod("actor", "update", "update",

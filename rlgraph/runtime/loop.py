@@ -2,7 +2,8 @@
 
     for step in start+1 .. steps:
         sync weights (trained role -> rollout)
-        run the step's schedule on a batch of prompts (driver.py)
+        run the step's schedule on a batch of prompts (step.py: StepRunner, or the whole step in the plan's
+            one process, driver.RemoteStep)
             (asynchronously, train.staleness = k: the rollout generates up to k batches ahead of the
             update, with the weights it has; each sync goes to it as soon as an update ends)
         validate every k steps (and before the first step and after the last)
@@ -29,7 +30,7 @@ from rich.markup import escape
 from rlgraph.plan.model import Plan
 from rlgraph.runtime import checkpoint as ckpt
 from rlgraph.runtime.console import RunConsole
-from rlgraph.runtime.driver import InFlight, StepDriver, ray_errors
+from rlgraph.runtime.driver import RayRoles, ray_errors, ray_step_runner, remote_step
 from rlgraph.runtime.errors import RunError
 from rlgraph.runtime.evaluate import (demonstration_answers, demonstration_nll, validation_batches,  # noqa: F401
                                       validation_metrics, validation_reward, validation_sampling, validation_scores,
@@ -41,8 +42,12 @@ from rlgraph.runtime.process import rng_state, set_rng_state
 from rlgraph.runtime.roles import WorkerSpec, generate_call
 from rlgraph.runtime.signal_guard import SignalGuard
 from rlgraph.runtime.signals import STOP, StopRequest
+from rlgraph.runtime.step import InFlight, is_supervised
+from rlgraph.runtime.time_share import TimeShare, time_shared_rollouts
 from rlgraph.runtime.transforms import DriverCalls
 from rlgraph.runtime.update_guard import UpdateGuard
+from rlgraph.runtime.versions import PolicyVersions
+from rlgraph.runtime.weights import WeightSync
 from rlgraph.workers.batch import Rollout
 
 TRAINED_KINDS = ("actor", "critic")
@@ -98,9 +103,19 @@ class Trainer:
         self.driver_calls = DriverCalls(plan, prepared.rewards)
         self.update_guard = UpdateGuard()  # warns on skipped optimizer updates, fails a run that makes none
         self.signal_guard = SignalGuard()  # warns on steps in a row whose groups all scored alike
-        self.driver = StepDriver(plan, lowered, specs, self.driver_calls)
-        if self.driver.use_local_step(prepared.rewards):
+        # the pieces of a step, composed: role calls through Ray, a rollout's sleep and wake, the weight sync
+        # and the policy versions it moves on, and the step runner (in the plan's one process when it has one)
+        roles = RayRoles(lowered)
+        time_shared = time_shared_rollouts(plan, specs)
+        self.memory = TimeShare(roles, time_shared)
+        self.versions = PolicyVersions()
+        self.weights = WeightSync(plan, lowered, specs, self.versions)
+        self.supervised = is_supervised(plan)
+        self.runner: Any = remote_step(plan, lowered, prepared.rewards, time_shared, self.driver_calls)
+        if self.runner is not None:
             console.log("every role lives in one process: each step runs there in one call")
+        else:
+            self.runner = ray_step_runner(plan, lowered, specs, self.driver_calls, self.memory)
         self.loader = make_dataloader(prepared.train, plan.data.batch_size, self.seed,
                                       shuffle=plan.data.shuffle)
         self.step = 0
@@ -175,7 +190,7 @@ class Trainer:
         # own. With staleness 0 each step syncs, generates and trains in turn (the synchronous loop).
         staleness = self.train_cfg.staleness
         in_flight: collections.deque[InFlight] = collections.deque()
-        self.driver.trained_version = self.driver.rollout_version = start_step
+        self.versions.start(start_step)
         loader_state = self.loader.state_dict()  # the loader as of the last batch trained on
         try:
             while self.step < total:
@@ -189,10 +204,11 @@ class Trainer:
                 while len(in_flight) <= staleness and step + len(in_flight) <= total:
                     # the weights of the last update go to the rollout first; asynchronously it loads them
                     # after the batch it is generating, and the driver does not wait
-                    sync += self.driver.sync_weights(wait=staleness == 0)
+                    sync += self.weights.sync(wait=staleness == 0)
                     in_flight.append(self._launch(step + len(in_flight), data))
                 flight = in_flight.popleft()
-                result = self.driver.finish(flight)
+                result = self.runner.finish(flight)
+                self.versions.updated(step)  # the step's updates changed the weights: the next sync moves them on
                 loader_state = flight.loader_state
                 step_time = time.perf_counter() - t0
                 record: dict[str, Any] = {"training/global_step": step, "training/epoch": flight.epoch}
@@ -255,18 +271,18 @@ class Trainer:
         """val/score/mean: one answer per prompt (greedy, unless the rollout's `val { temperature }` with n = 1
         samples it), scored by the step's reward; with n > 1 (`val { n }` or train.val_samples) also
         val/score/mean@n and best@n of n answers per prompt sampled at the validation temperature."""
-        if self.driver.supervised and self.prepared.val is not None:
+        if self.supervised and self.prepared.val is not None:
             return self.validate_demonstrations(step)
         if self.prepared.val is None or self.val_reward is None:
             return {}
         items = list(self.prepared.val)
         # A rollout with weights of its own holds those of the last sync, from before this step's update:
         # sync first (a no-op for a rollout that generates with the policy's module in place).
-        self.driver.sync_weights()
+        self.weights.sync()
         group = self.lowered.groups[self.rollout_role]  # dispatch `one`: rank 0 generates for validation
         # the step's generate settings (its environment, its max_new_tokens) with the validation sampling, in the
         # batches and with the seeds that `rlgraph eval` uses too (rlgraph/runtime/evaluate.py)
-        one, sampled_settings = validation_sampling(self.driver.generate.settings,
+        one, sampled_settings = validation_sampling(generate_call(self.plan).settings,
                                                     self.plan.role(self.rollout_role).settings.val)
 
         def generate(settings: Any) -> list[Any]:
@@ -274,10 +290,10 @@ class Trainer:
                               seed=validation_seed(self.seed, step, start, settings)).result()
                     for start, batch in validation_batches(items, self.plan.data.val_batch_size)]
 
-        self.driver.wake()
+        self.memory.wake()
         greedy = generate(one)
         sampled = generate(sampled_settings) if sampled_settings else []
-        self.driver.sleep()
+        self.memory.sleep()
         with ray_errors(self.lowered.actor_names):
             greedy_rollouts = ray.get(greedy)
             sampled_rollouts = ray.get(sampled)
@@ -329,7 +345,10 @@ class Trainer:
             batch = next(data)
             return [dict(zip(batch, values)) for values in zip(*batch.values())]
 
-        flight = self.driver.launch(step, draw())
+        # the syncs started so far go first: a process runs its calls in the order they were sent
+        weights = self.weights.started()
+        flight = self.runner.launch(step, draw(), self.versions.rollout)
+        flight.weights = weights
         flight.loader_state, flight.epoch = self.loader.state_dict(), self.loader.epoch
 
         def refill() -> list[dict[str, Any]]:

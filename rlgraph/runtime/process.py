@@ -366,14 +366,23 @@ class DeviceProcess:
     # --- the whole step in this process (every role of the plan lives here: rlgraph/runtime/step.py) ---
 
     def prepare_local_step(self, plan: Any, rewards: dict[str, Any], time_shared: list[str] = ()) -> None:
-        from rlgraph.runtime.step import LocalStep
+        from rlgraph.contract.rollouts import filter_call
+        from rlgraph.runtime.step import InProcessRoles, StepRunner
+        from rlgraph.runtime.time_share import TimeShare
         from rlgraph.runtime.transforms import DriverCalls
 
         with self._reporting(next(iter(self.hosted)), "preparing to run whole steps in its process"):
-            self.local_step = LocalStep(plan, self.call, DriverCalls(plan, rewards), time_shared)
+            if filter_call(plan.calls) is not None:
+                raise ValueError("a step with filter_groups draws more prompts while it runs: the driver runs it")
+            roles = InProcessRoles(self.call)
+            self.local_calls = DriverCalls(plan, rewards)
+            self.local_step = StepRunner(plan, roles, self.local_calls, TimeShare(roles, time_shared))
 
-    def run_step(self, step: int, prompts: list[dict], kl_state: dict[str, float]) -> tuple[Any, dict[str, float]]:
-        return self.local_step.run(step, prompts, kl_state)
+    def run_step(self, step: int, prompts: list[dict], version: int,
+                 kl_state: dict[str, float]) -> tuple[Any, dict[str, float]]:
+        """One whole step (rlgraph/runtime/step.py); the adaptive KL coefficients come in and go out."""
+        self.local_calls.load_state_dict(kl_state)
+        return self.local_step.run(step, prompts, version), self.local_calls.state_dict()
 
     # --- checkpoints ---
 

@@ -19,7 +19,7 @@ starting one sync over it. `sync_path` is the one place that decides:
                   model on every replica, so only the processes with a rollout replica take part.
     object_store  what is left: some rollout replicas colocated with the source and some not (a process
                   cannot be two ranks of one group). The whole state dict goes through Ray's object store
-                  (`StepDriver.sync_through_object_store`).
+                  (`rlgraph.runtime.weights.WeightSync.through_object_store`).
 
 In every path but the object store's the parameters travel in the rollout's dtype where it is narrower (half
 the bytes of fp32 master weights for a bf16 rollout). The driver only starts the calls and waits.

@@ -112,7 +112,7 @@ def test_a_dead_process_stops_both_loops_within_seconds(run_cli, tmp_path):
 def test_only_a_rollout_with_its_own_engine_on_a_trained_roles_devices_gives_its_memory_back():
     """The driver releases a rollout's device memory after each generate (and takes it back before the
     next) only where it shares devices with training and does not generate with the policy's module."""
-    from rlgraph.runtime.driver import time_shared_rollouts
+    from rlgraph.runtime.time_share import time_shared_rollouts
     from rlgraph.runtime.roles import worker_specs
 
     from .helpers import SPECS, plan_from_spec

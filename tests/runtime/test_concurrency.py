@@ -10,7 +10,7 @@ from .helpers import SPECS, Started, plan_from_spec
 
 
 def test_a_stage_runs_its_calls_on_separate_pools_concurrently(ray_session, arith_model):
-    from rlgraph.runtime.driver import StepDriver
+    from rlgraph.runtime.driver import ray_step_runner
     from rlgraph.runtime.transforms import DriverCalls
 
     plan = plan_from_spec(SPECS / "ppo_split_arith.rl", "data.batch_size=16")
@@ -20,7 +20,7 @@ def test_a_stage_runs_its_calls_on_separate_pools_concurrently(ray_session, arit
         assert {m.process for m in groups["ref"].members}.isdisjoint({m.process for m in groups["critic"].members})
         ray.get([groups["ref"].members[0].handle.set_delay.remote("ref", "log_prob", 2.0),
                  groups["critic"].members[0].handle.set_delay.remote("critic", "values", 2.0)])
-        driver = StepDriver(plan, started.lowered, started.specs, DriverCalls(plan, started.prepared.rewards))
+        driver = ray_step_runner(plan, started.lowered, started.specs, DriverCalls(plan, started.prepared.rewards))
         prompts = [started.prepared.train[i] for i in range(16)]
         result = driver.run(1, prompts)
     assert result.timing["ref"] >= 2.0 and result.timing["values"] >= 2.0  # each call really took its 2 s

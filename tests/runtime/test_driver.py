@@ -1,4 +1,5 @@
-from rlgraph.runtime.driver import _first_line, derive_seed
+from rlgraph.runtime.driver import _first_line
+from rlgraph.runtime.step import derive_seed
 
 
 def test_derived_seeds_differ_by_step_and_purpose_and_are_stable():

@@ -74,15 +74,15 @@ def test_a_gloo_group_of_one_listens_on_loopback():
 
 
 def test_a_data_parallel_and_a_weight_sync_group_listen_on_loopback_only(ray_session, arith_model):
-    from rlgraph.runtime.driver import StepDriver
-    from rlgraph.runtime.transforms import DriverCalls
+    from rlgraph.runtime.versions import PolicyVersions
+    from rlgraph.runtime.weights import WeightSync
 
     plan = grpo_plan(actor_replicas=2, rollout_pool="gen")  # actor at 2 replicas, its rollout on a pool of its own
     with Started(plan) as started:
         assert started.lowered.sync_edges  # the weight-sync group is there ...
         info = started.lowered.info
         assert ray_session.get(started.lowered.process_of("actor").data_parallel_info.remote())["world_size"] == 2
-        StepDriver(plan, started.lowered, started.specs, DriverCalls(plan, started.prepared.rewards)).sync_weights()
+        WeightSync(plan, started.lowered, started.specs, PolicyVersions()).sync()
         listening = {process: _listening(info[process]["pid"]) for process in info}
         assert all(listening.values())  # the test sees the stores' and gloo's listeners at all
         beyond = {process: _beyond_loopback(addresses) for process, addresses in listening.items()}

@@ -41,9 +41,9 @@ class Recorded:
 
 
 def _driver(started: Started, recorded: Recorded):
-    from rlgraph.runtime.driver import StepDriver
+    from rlgraph.runtime.driver import ray_step_runner
 
-    return StepDriver(started.plan, started.lowered, started.specs, recorded.calls)
+    return ray_step_runner(started.plan, started.lowered, started.specs, recorded.calls)
 
 
 # ---- ReMax: two generate calls --------------------------------------------------------------------

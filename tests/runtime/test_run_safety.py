@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from rlgraph.runtime.driver import StepDriver
+from rlgraph.runtime.driver import RemoteStep
+from rlgraph.runtime.step import StepRunner
 
 from .helpers import REPO, fast, read_metrics
 
@@ -144,14 +145,15 @@ def ctrl_c(after_step: int, times: int = 1, gap: float | None = None):
     sent: list[tuple[int, float]] = []
     finished, begun = threading.Event(), threading.Event()
     in_progress: list[int] = []  # the step whose results the driver waits for, while it waits
-    finish = StepDriver.finish
+    runners = (StepRunner, RemoteStep)  # a step through Ray, or the whole step in the plan's one process
+    finishes = {runner: runner.finish for runner in runners}
 
-    def watched(driver: StepDriver, flight):
+    def watched(runner, flight):
         in_progress.append(flight.step)
         if flight.step > after_step:
             begun.set()
         try:
-            return finish(driver, flight)
+            return finishes[type(runner)](runner, flight)
         finally:
             in_progress.remove(flight.step)
 
@@ -172,7 +174,8 @@ def ctrl_c(after_step: int, times: int = 1, gap: float | None = None):
 
     # A Ctrl-C that comes after the run gave its handlers back must not stop pytest.
     previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
-    StepDriver.finish = watched
+    for runner in runners:
+        runner.finish = watched
     presser = threading.Thread(target=press, daemon=True)
     presser.start()
     try:
@@ -180,7 +183,8 @@ def ctrl_c(after_step: int, times: int = 1, gap: float | None = None):
     finally:
         finished.set()
         presser.join(timeout=5)
-        StepDriver.finish = finish
+        for runner in runners:
+            runner.finish = finishes[runner]
         signal.signal(signal.SIGINT, previous)
 
 

@@ -423,11 +423,11 @@ class ProbeProcess(DeviceProcess):
                 local.add_(torch.randn(local.shape, generator=g, dtype=local.dtype) * 0.01)
 
 
-def _driver(started: Started):
-    from rlgraph.runtime.driver import StepDriver
-    from rlgraph.runtime.transforms import DriverCalls
+def _sync(started: Started):
+    from rlgraph.runtime.versions import PolicyVersions
+    from rlgraph.runtime.weights import WeightSync
 
-    return StepDriver(started.plan, started.lowered, started.specs, DriverCalls(started.plan, started.prepared.rewards))
+    return WeightSync(started.plan, started.lowered, started.specs, PolicyVersions())
 
 
 def _full_actor(started: Started) -> dict[str, torch.Tensor]:
@@ -456,17 +456,17 @@ def test_rollout_replicas_get_the_actors_weights_exactly_without_the_object_stor
     with Started(plan, process_class=ProbeProcess) as started:
         edge = started.lowered.sync_edges[("actor", "rollout")]
         assert edge.backend == "gloo" and edge.processes == ("actor/0", "rollout/0", "rollout/1")
-        driver = _driver(started)
+        sync = _sync(started)
         ray.get(started.lowered.process_of("actor").nudge.remote("actor", 1))
         actor = _full_actor(started)
         assert all(any(not torch.equal(w[k], actor[k]) for k in actor) for w in _rollout_weights(started))
         _seen(started)
 
-        seconds = driver.sync_weights()
+        seconds = sync.sync()
         assert seconds > 0 and _seen(started) == []  # no state_dict / load_state_dict call: no object in the store
         for weights in _rollout_weights(started):
             _assert_equal(weights, actor)
-        assert driver.sync_weights() == 0.0  # in sync until the next step's update
+        assert sync.sync() == 0.0  # in sync until the next step's update
 
         # --- again, with buckets of 64 KiB: many buckets, same result
         ray.get(started.lowered.process_of("actor").nudge.remote("actor", 2))
@@ -511,7 +511,7 @@ def test_a_sharded_actor_gathers_on_every_rank_and_rank_0_sends(ray_session, ari
             ray.get(member.handle.nudge.remote("actor", 10 + i))
         actor = _full_actor(started)
         _seen(started)
-        _driver(started).sync_weights()
+        _sync(started).sync()
         assert _seen(started) == []
         _assert_equal(_rollout_weights(started)[0], actor)
 
@@ -546,7 +546,7 @@ def test_a_colocated_rollout_with_its_own_copy_gets_the_cast_weights_in_its_proc
         actor = _full_actor(started)
         assert any(not torch.equal(_rollout_weights(started)[0][k], actor[k].to(torch.bfloat16)) for k in actor)
         _seen(started)
-        assert _driver(started).sync_weights() > 0
+        assert _sync(started).sync() > 0
         assert _seen(started) == []
         _assert_equal(_rollout_weights(started)[0], {k: t.to(torch.bfloat16) for k, t in actor.items()})
 
