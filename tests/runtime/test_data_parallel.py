@@ -10,7 +10,7 @@ import ray
 import torch
 
 from .helpers import SPECS, Started, plan_from_spec
-from tests.tolerances import FP32_AFTER_UPDATE, FP32_REORDERED
+from tests.tolerances import FP32_REORDERED, assert_close_after_adam
 
 BATCH = 16  # prompts; x n = 4 samples -> 64 rows, 32 per replica
 
@@ -26,6 +26,10 @@ def update_settings(started: Started, role: str):
     exactly. (token-mean weighs a replica's tokens by its own token count; see docs/runtime.md, Replicas.)"""
     return dataclasses.replace(started.plan.call(f"{role}.update").settings, epochs=2, mini_batch_size=None,
                                micro_batch=None, loss_agg="seq-mean-token-mean")
+
+
+def lr(started: Started, role: str) -> float:
+    return started.plan.role(role).settings.optim.lr
 
 
 def calls(started: Started, role: str, method: str):
@@ -85,7 +89,7 @@ def test_two_replicas_make_the_same_ppo_update_as_one(ray_session, arith_model):
         one, (rank0, rank1) = s1[role][0], s2[role]
         assert all(torch.equal(rank0[k], rank1[k]) for k in rank0), role  # the replicas agree bit for bit
         for k in one:
-            torch.testing.assert_close(rank0[k], one[k], **FP32_AFTER_UPDATE, msg=f"{role}.{k}")
+            assert_close_after_adam(rank0[k], one[k], lr=lr(single, role), steps=2, name=f"{role}.{k}")
 
 
 def fsdp_plan(replicas: int):
@@ -152,12 +156,13 @@ def test_fsdp_two_replicas_shard_and_make_the_same_ppo_update_as_one(ray_session
                  for m in actor.members_for_one()])
 
     (m1, s1), (m2, s2) = updates[False], updates[True]
+    learning_rates = {role: lr(single, role) for role in ("actor", "critic")}
     for name in ("actor/pg_loss", "critic/vf_loss", "actor/grad_norm", "critic/grad_norm"):
         assert m2[name] == pytest.approx(m1[name], rel=1e-4, abs=1e-6), name
     for role in ("actor", "critic"):
         assert s2[role].keys() == s1[role].keys()
         for k in s1[role]:
-            torch.testing.assert_close(s2[role][k], s1[role][k], **FP32_AFTER_UPDATE, msg=f"{role}.{k}")
+            assert_close_after_adam(s2[role][k], s1[role][k], lr=learning_rates[role], steps=2, name=f"{role}.{k}")
     saved = AutoModelForCausalLM.from_pretrained(folder)
     assert saved.config.architectures == ["LlamaForCausalLM"]
     torch.testing.assert_close(load_file(str(folder / "model.safetensors"))["model.embed_tokens.weight"],
@@ -185,8 +190,9 @@ def test_two_replicas_make_the_same_sft_step_as_one(ray_session):
         demos = demonstration_rollout([single.prepared.train[i] for i in range(BATCH)])  # one global batch
         m1, (one,) = sft(single, demos)
         m2, (rank0, rank1) = sft(double, demos)
+        actor_lr = lr(single, "actor")
     for name in ("actor/sft_loss", "actor/grad_norm"):
         assert m2[name] == pytest.approx(m1[name], rel=1e-4, abs=1e-6), name
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)  # the replicas agree bit for bit
     for k in one:
-        torch.testing.assert_close(rank0[k], one[k], **FP32_AFTER_UPDATE, msg=f"actor.{k}")
+        assert_close_after_adam(rank0[k], one[k], lr=actor_lr, steps=2, name=f"actor.{k}")
