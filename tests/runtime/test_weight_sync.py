@@ -308,6 +308,18 @@ def test_the_sync_path_a_plan_takes():
     assert _path(mixed) == ("object_store", [], [])
 
 
+def test_the_flagship_specs_colocated_sglang_rollout_gets_bf16_buckets_in_its_process():
+    """specs/ppo_qwen7b_rm_2x8.rl (fsdp actor x 8, SGLang tp = 2 colocated): no object store and no /dev/shm; the
+    four processes that host a rollout replica load, the other four only gather their shards; bf16 on the way."""
+    from .helpers import REPO, plan_from_spec
+
+    plan = plan_from_spec(REPO / "specs" / "ppo_qwen7b_rm_2x8.rl")
+    path, collective, in_process = _path(plan)
+    assert path == "in_process" and collective == []
+    assert [(e.gatherers, e.loaders, e.dtype) for e in in_process] == [
+        (("actor/1", "actor/3", "actor/5", "actor/7"), ("actor/0", "actor/2", "actor/4", "actor/6"), "bfloat16")]
+
+
 # --- an own-pool sync straight into the engine's own processes (SGLang's schedulers) ---
 
 
