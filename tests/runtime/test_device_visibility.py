@@ -4,7 +4,8 @@ since this session already holds a Ray connection), no worker built, read from i
 
 - specs/ppo_qwen7b_rm_2x8.rl's 16 processes: each uses its own GPU, as cuda:0; the process of each colocated
   SGLang rollout replica (tp = 2) also sees the GPU of the actor process that owns its second device; no other
-  process sees more than its own.
+  process sees more than its own. The same spec with its rollout on vLLM sees the same (vLLM's tp workers are
+  processes of the rollout's own, started with what it sees).
 - a GPU pool beside a cpu pool: the cpu pool's process sees no GPU and uses the CPU, although its node has GPUs
   (the raylets see all 8, as on a GPU machine, where Ray leaves a process it gives no GPU all of them)."""
 
@@ -28,7 +29,7 @@ MIXED = (REPO / "tests" / "runtime" / "specs" / "ppo_arith_rm.rl", ["pool.main.d
 def results():
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(8))  # what a GPU node's raylet sees
-    plans = json.dumps([[str(SPEC), []], [str(MIXED[0]), MIXED[1]]])
+    plans = json.dumps([[str(SPEC), []], [str(MIXED[0]), MIXED[1]], [str(SPEC), ["rollout.engine=vllm"]]])
     done = subprocess.run([sys.executable, "-m", "tests.runtime.device_visibility_run", plans], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -36,7 +37,15 @@ def results():
 
 
 def test_every_process_sees_and_uses_the_devices_the_plan_gives_it(results):
-    result = results[0]
+    assert_flagship_devices(results[0])
+
+
+def test_a_colocated_vllm_rollout_with_tp_sees_the_devices_of_its_span_as_sglangs(results):
+    assert_flagship_devices(results[2])
+
+
+def assert_flagship_devices(result: dict) -> None:
+    """specs/ppo_qwen7b_rm_2x8.rl's processes, as seen from inside: see the module's docstring."""
     seen = result["processes"]
     owner = {}  # (pool, node, device) -> the process that owns it
     for role, replica, pool, node, devices, process in result["placements"]:
