@@ -106,7 +106,11 @@ def shard(*modules: torch.nn.Module, mp_policy: Any = None, offload_to: torch.de
         fully_shard(module, mp_policy=mp_policy, offload_policy=policy)
         if module in _PENDING:
             _fill_from_rank0(module, *_PENDING.pop(module))
-            if offload_to is not None:  # filled on the device, where the broadcast runs
+            if offload_to is not None:  # its shards to the host, where the CPU offload policy keeps them
+                # (known gap, GPU only: under this policy's pinned memory, FSDP2 already moves each shard to the
+                # host when `to_empty` materialises it (FSDPParam.reset_sharded_param), so the broadcast in
+                # `_fill_from_rank0` runs on the host over the group's gloo half, as verl's
+                # fsdp2_load_full_state_dict does: slower start-up, same weights)
                 offload.params_on_host(module, offload_to)
 
 
