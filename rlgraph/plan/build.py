@@ -51,7 +51,8 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
         roles = {r.name: r.settings for r in plan.roles}
         replicas = {r.name: r.replicas for r in plan.roles}
         generate = trained_generate(graph.calls())  # what log-probs are scored at and mini-batches count
-        rollout = _or_none(lambda: generate_settings(generate, roles[generate.target], plan.envs)) if generate else None
+        rollout = _or_none(lambda: generate_settings(generate, roles.get(generate.target), plan.envs)) \
+            if generate else None
         plan.calls = [CallPlan(c.id, c.label, c.kind, c.target, c.method, c.role_kind,
                                [list(port) for port in c.inputs], [list(port) for port in c.outputs],
                                dict(c.kwargs), stage_of.get(c.id, 0),
@@ -64,10 +65,13 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
 
 
 def _or_none(resolve):
-    """Resolved settings, or None where the spec has errors in them (a plan with errors never runs)."""
+    """Resolved settings, or None where they read a value the spec wrote wrongly (InvalidValue: reported by the
+    compiler as `wrong-type`; a plan with errors never runs). Nothing else is caught: the resolvers return None
+    themselves for what an error elsewhere leaves out (a rollout without settings, an undeclared env), so a
+    KeyError or TypeError here is a bug that shows, not a setting that silently goes missing."""
     try:
         return resolve()
-    except (KeyError, TypeError, ValueError, AttributeError, InvalidValue):
+    except InvalidValue:
         return None
 
 

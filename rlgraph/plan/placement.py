@@ -26,7 +26,7 @@ from rlgraph.contract.engines import engine_facts
 from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.plan.model import Placement, PoolPlan, RolePlan
 from rlgraph.plan.resolve import role_settings
-from rlgraph.spec.program import Decl, Program
+from rlgraph.spec.program import Decl, InvalidValue, Program
 
 _SEARCH_STEPS = 64  # how far past its lower bound a hint's search for nodes / devices per node goes
 
@@ -119,7 +119,7 @@ def _settings(program: Program, role: Decl, root: Decl):
     """The role's resolved settings; None when a value was rejected (the spec has errors, nothing runs)."""
     try:
         return role_settings(program, role, root)
-    except (KeyError, TypeError, ValueError):
+    except InvalidValue:
         return None
 
 

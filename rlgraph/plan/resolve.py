@@ -104,6 +104,8 @@ def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int
     kw = call.kwargs
     cls = call_settings_class(call.kind, call.target, call.role_kind, call.method)
     if cls is s.OverlongPenaltySettings:  # the length it penalises towards is the trained generate's
+        if rollout is None:  # no trained generate call, or its settings did not resolve: errors reported
+            return None
         return s.OverlongPenaltySettings(kw["buffer"], kw["penalty_factor"], rollout.max_new_tokens)
     if cls is s.UserFunctionSettings:  # a declared transform; its args with the call's overrides
         return user_function_settings(call.user, kw)
@@ -160,13 +162,17 @@ def user_function_settings(function: Any, args: dict[str, Any]) -> s.UserFunctio
                                   tuple(function.outputs), dict(args))
 
 
-def generate_settings(call: CallNode, role: s.RolloutSettings, envs: dict[str, s.EnvSettings]) -> s.GenerateSettings:
+def generate_settings(call: CallNode, role: s.RolloutSettings | None,
+                      envs: dict[str, s.EnvSettings]) -> s.GenerateSettings | None:
     """A generate call's sampling: its own `n` and `temperature` where it gives them, else its rollout's; and the
-    environment it runs episodes with (`env = NAME`), if any."""
+    environment it runs episodes with (`env = NAME`), if any. None when its rollout's settings or its
+    environment's did not resolve, or it names no declared environment: each an error the compiler reported."""
     kw = call.kwargs
+    if role is None or (kw.get("env") is not None and kw["env"] not in envs):
+        return None
     n = kw["n"] if kw.get("n") is not None else role.n
     temperature = kw["temperature"] if kw.get("temperature") is not None else role.temperature
-    env = envs[kw["env"]] if kw.get("env") is not None else None  # an undeclared one is an error: no settings
+    env = envs[kw["env"]] if kw.get("env") is not None else None
     return s.GenerateSettings(n, temperature, role.top_p, role.top_k, role.max_new_tokens,
                               keep_log_probs=len(call.outputs) > 1, max_sequences=role.max_sequences, env=env)
 
