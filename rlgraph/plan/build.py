@@ -13,6 +13,7 @@ from rlgraph.contract.rollouts import trained_generate
 from rlgraph.plan.resolve import (call_settings, data_settings, env_settings, generate_settings, reward_settings,
                                   train_settings)
 from rlgraph.plan.schedule import schedule
+from rlgraph.plan.shape import StepShape, step_shape
 from rlgraph.spec.program import InvalidValue
 
 
@@ -33,8 +34,10 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
         # a step that reads a value the spec wrote wrongly (reported already) is skipped, not computed with a
         # default: `strategy = megatron` is no reason to estimate memory as for ddp
         plan.pools, plan.roles, plan.placements, placed = _unless_invalid(lambda: place(program), ([], [], [], []))
+        plan.data = _or_none(lambda: data_settings(program))
         plan.memory, estimated = _unless_invalid(
-            lambda: estimate(program, plan.pools, plan.roles, plan.placements), ([], []))
+            lambda: estimate(program, plan_step_shape(compilation, plan), plan.pools, plan.roles, plan.placements),
+            ([], []))
         checked = _unless_invalid(lambda: plan_checks(program, plan.placements, diagnostics + placed), [])
         diagnostics += placed + estimated + _unless_invalid(lambda: check_tokenizers(program), []) + checked
         # a reward or env with a wrong value (reported) is left out, as data and train are: shown with the
@@ -44,7 +47,6 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
         plan.reward_settings = _resolved(program.rewards, lambda decl: reward_settings(decl.values))
         plan.models = {name: dict(decl.values) for name, decl in program.models.items()}
         plan.envs = _resolved(program.envs, lambda decl: env_settings(program, decl))
-        plan.data = _or_none(lambda: data_settings(program))
         plan.train = _or_none(lambda: train_settings(program))
     if graph is not None:
         plan.schedule, stage_of = schedule(graph, plan.placements)
@@ -62,6 +64,14 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
     diagnostics.sort(key=_order)
     plan.diagnostics = [d.to_json() for d in diagnostics]
     return plan, diagnostics
+
+
+def plan_step_shape(compilation: Compilation, plan: Plan) -> StepShape:
+    """The step's shape the memory estimate reads: the compiled graph's calls, the placed roles' settings and
+    the data's. InvalidValue where the data block's settings did not resolve (a wrong value, reported)."""
+    if compilation.program.data is not None and plan.data is None:
+        raise InvalidValue("data")
+    return step_shape(compilation.graph, plan.roles, plan.data)
 
 
 def _or_none(resolve):

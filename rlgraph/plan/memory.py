@@ -68,7 +68,7 @@ from rlgraph.plan.memory_advice import first_cause, verified_fixes
 from rlgraph.plan.memory_engine import EngineBudget, kv_bytes_per_token
 from rlgraph.plan.model import MemoryRow, Placement, PoolPlan, RolePlan
 from rlgraph.contract.methods import TRAINING_METHODS
-from rlgraph.plan.shape import StepShape, step_shape
+from rlgraph.plan.shape import StepShape
 from rlgraph.plan.placement import place
 from rlgraph.plan.view import format_bytes
 from rlgraph.spec.program import Decl, Program
@@ -644,24 +644,24 @@ def _engine_diagnostics(role: Decl, plan: RolePlan, budget: EngineBudget) -> lis
                        f"in {waves} wave{'s' * (waves != 1)}", where)]
 
 
-def estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan],
+def estimate(program: Program, step: StepShape, pools: list[PoolPlan], roles: list[RolePlan],
              placements: list[Placement]) -> tuple[list[MemoryRow], list[Diagnostic]]:
-    """One MemoryRow per device of every pool, and out-of-memory / engine / memory-unknown diagnostics."""
-    rows, peaks, diagnostics = _estimate(program, pools, roles, placements)
+    """One MemoryRow per device of every pool, and out-of-memory / engine / memory-unknown diagnostics.
+    `step`: the step's shape (shape.step_shape, from the compiled graph and the resolved settings)."""
+    rows, peaks, diagnostics = _estimate(program, step, pools, roles, placements)
 
     def rows_at(longest: int) -> list[MemoryRow]:  # the estimate with a micro-batch's rows at most this long
-        return _estimate(program, pools, roles, placements, longest=longest)[0]
+        return _estimate(program, replace(step, longest=longest), pools, roles, placements)[0]
 
-    diagnostics += _check_fit(program, pools, rows, peaks, {r.name: r for r in roles}, rows_at)
+    diagnostics += _check_fit(program, step, pools, rows, peaks, {r.name: r for r in roles}, rows_at)
     return rows, diagnostics
 
 
-def _estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan], placements: list[Placement],
-              longest: int | None = None):
+def _estimate(program: Program, step: StepShape, pools: list[PoolPlan], roles: list[RolePlan],
+              placements: list[Placement]):
     diagnostics: list[Diagnostic] = []
     base = Path(program.path).parent
     shapes: dict[str, ModelShape] = {}
-    step = replace(step_shape(program), longest=longest)
     capacity = {p.name: p.device_memory_bytes for p in pools}
     needs: dict[str, RoleNeed] = {}
     host_items: dict[str, tuple[str, ...]] = {}
@@ -734,10 +734,10 @@ def _estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan], pl
     return list(rows.values()), peaks, diagnostics
 
 
-def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], peaks: dict,
+def _check_fit(program: Program, step: StepShape, pools: list[PoolPlan], rows: list[MemoryRow], peaks: dict,
                roles: dict[str, RolePlan], rows_at: Callable[[int], list[MemoryRow]]) -> list[Diagnostic]:
     out = []
-    length = step_shape(program).length
+    length = step.length
     for pool in pools:
         capacity = pool.device_memory_bytes
         if capacity is None:
@@ -753,7 +753,7 @@ def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], p
 
         longest = _longest_that_fits(holds, length) if length > 1 and holds(1) else 0
         if longest >= FULL_LENGTH_SHARE * length:  # only the working memory of long rows does not fit: a worst case
-            out.append(_full_length_warning(program, pool, worst, length, longest))
+            out.append(_full_length_warning(program, step, pool, worst, length, longest))
             continue
         items = sorted(worst.breakdown.items(), key=lambda kv: -kv[1])
         terms = " + ".join(f"{k} {format_bytes(v)}" for k, v in items if v)
@@ -768,7 +768,7 @@ def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], p
         cause, top_role = first_cause(program, worst, capacity, roles)
         role = program.roles.get(top_role)
         total = pool.nodes * pool.devices_per_node
-        fixes = verified_fixes(program, pool.name, fit_test(program))
+        fixes = verified_fixes(program, pool.name, fit_test(program, step), step)
         short = (f"; at full length ({length:,} tokens) it holds micro-batches whose longest row is up to "
                  f"{longest:,} tokens, under {FULL_LENGTH_SHARE:.0%} of it" if longest else "")
         out.append(error(
@@ -835,14 +835,14 @@ def _longest_that_fits(holds: Callable[[int], bool], length: int) -> int:
     return low
 
 
-def _full_length_warning(program: Program, pool: PoolPlan, worst: MemoryRow, length: int, longest: int) -> Diagnostic:
+def _full_length_warning(program: Program, step: StepShape, pool: PoolPlan, worst: MemoryRow, length: int,
+                         longest: int) -> Diagnostic:
     """Only the working memory that grows with the rows' lengths does not fit: the micro-batches counted in rows
     (their activations and logits), at rows of full length. Real rows are mostly
     shorter (verl runs such launches), so this is a warning, with the length that fits and the fixes that
     bound the working memory whatever the lengths."""
-    step = step_shape(program)
     capacity = pool.device_memory_bytes
-    fixes = verified_fixes(program, pool.name, fit_test(program))
+    fixes = verified_fixes(program, pool.name, fit_test(program, step), step)
     return warning(
         "memory-at-full-length",
         f"with every row at full length ({step.prompt:,} prompt + {step.response:,} response = {length:,} tokens) "
@@ -859,10 +859,11 @@ def _full_length_warning(program: Program, pool: PoolPlan, worst: MemoryRow, len
         label=f"rows up to {longest:,} tokens fit")
 
 
-def fit_test(program: Program) -> Callable[[Program, str], bool]:
+def fit_test(program: Program, step: StepShape) -> Callable[[Program, str], bool]:
     """The test a change to `program` must pass to be offered as a fix of `pool`: the pool's devices hold the
     estimate (engines included), and the compiler's checks find no error the spec did not have already (more
-    devices change the samples each replica gets, which a micro-batch must divide)."""
+    devices change the samples each replica gets, which a micro-batch must divide). `step` is the shape of
+    `program`'s step and of every change's: a change sets role and pool keys, none of which it is made of."""
     from rlgraph.compiler import run_check
     from rlgraph.compiler.build import build_graph
     from rlgraph.compiler.passes import PASSES
@@ -873,15 +874,15 @@ def fit_test(program: Program) -> Callable[[Program, str], bool]:
         return {(d.code, d.message) for d in found if d.is_error}
 
     before = errors(program)
-    return lambda changed, pool: _fits(changed, pool) and errors(changed) <= before
+    return lambda changed, pool: _fits(changed, pool, step) and errors(changed) <= before
 
 
-def _fits(program: Program, pool: str) -> bool:
+def _fits(program: Program, pool: str, step: StepShape) -> bool:
     """Whether `pool`'s devices hold the estimate of `program`, engines included."""
     pools, roles, placements, placed = place(program)
     if any(d.is_error for d in placed):
         return False
-    rows, _, diagnostics = _estimate(program, pools, roles, placements)
+    rows, _, diagnostics = _estimate(program, step, pools, roles, placements)
     if any(d.code == "engine-memory" for d in diagnostics):
         return False
     return all(r.estimated_bytes <= r.capacity_bytes for r in rows if r.pool == pool and r.capacity_bytes)

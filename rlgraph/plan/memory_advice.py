@@ -14,7 +14,7 @@ from collections.abc import Callable
 from rlgraph.contract.engines import engine_facts
 from rlgraph.plan.model import MemoryRow, RolePlan
 from rlgraph.plan.placement import place
-from rlgraph.plan.shape import step_shape
+from rlgraph.plan.shape import StepShape
 from rlgraph.plan.view import format_bytes
 from rlgraph.spec.program import Program
 
@@ -66,7 +66,7 @@ class Change:
     cost: int  # cheaper first among changes of as many settings
 
 
-def _candidates(program: Program, pool: str) -> list[Change]:
+def _candidates(program: Program, pool: str, step: StepShape) -> list[Change]:
     """The changes to try on `pool`, from the settings its roles resolve to (a role whose settings did not
     resolve, a wrong value reported by the compiler, is offered none)."""
     pool_plans, role_plans, _, _ = place(program)
@@ -78,7 +78,7 @@ def _candidates(program: Program, pool: str) -> list[Change]:
     for role in roles:
         n, s = role.name, role.settings
         if role.kind in TRAINED + ("ref", "reward_model"):
-            out += _token_budgets(program, role)
+            out += _token_budgets(step, role)
         if role.kind in TRAINED:
             micro = s.micro_batch
             if micro and micro > 1:
@@ -105,7 +105,7 @@ def _candidates(program: Program, pool: str) -> list[Change]:
                     out.append(Change(f"`memory_fraction = {lower}` on `{n}`", (("role", n, "memory_fraction", lower),),
                                       0))
         elif role.kind == "rollout":  # hf: the KV cache of the sequences it generates at once
-            out += _generation_limits(program, role, plans)
+            out += _generation_limits(step, role, plans)
         elif role.kind in ("ref", "reward_model"):
             if role.dtype_label == "fp32":
                 out.append(Change(f"`dtype = bf16` on `{n}`", (("role", n, "dtype", "bf16"),), 2))
@@ -121,11 +121,11 @@ def _candidates(program: Program, pool: str) -> list[Change]:
     return out
 
 
-def _token_budgets(program: Program, role: RolePlan) -> list[Change]:
+def _token_budgets(step: StepShape, role: RolePlan) -> list[Change]:
     """Token budgets (verl's use_dynamic_bsz) of a few rows of full length each, largest first: they bound a
     micro-batch's working memory whatever the rows' lengths. One replaces the role's micro_batch."""
 
-    length = step_shape(program).length
+    length = step.length
     budget, micro = role.settings.micro_batch_tokens, role.settings.micro_batch
     below = budget if budget else length * (micro or 10**6)
     instead = f"; instead of `micro_batch = {micro}`" if micro and not budget else ""
@@ -136,11 +136,10 @@ def _token_budgets(program: Program, role: RolePlan) -> list[Change]:
             for rows in (64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1) if rows * length < below]
 
 
-def _generation_limits(program: Program, role: RolePlan, plans: dict[str, RolePlan]) -> list[Change]:
+def _generation_limits(step: StepShape, role: RolePlan, plans: dict[str, RolePlan]) -> list[Change]:
     """Scheduler limits for an hf rollout (`max_sequences`: the batch generated in chunks), largest first: its
     KV cache is that of one chunk. Each chunk is a pass of its own, so a smaller one costs generation time."""
 
-    step = step_shape(program)
     at_once = -(-(step.batch or 0) * step.n // max(_dp(role, plans), 1))
     limit = role.settings.max_sequences or at_once
     out, size = [], at_once // 2
@@ -152,14 +151,16 @@ def _generation_limits(program: Program, role: RolePlan, plans: dict[str, RolePl
     return out
 
 
-def verified_fixes(program: Program, pool: str, fits: Callable[[Program, str], bool]) -> list[str]:
+def verified_fixes(program: Program, pool: str, fits: Callable[[Program, str], bool], step: StepShape) -> list[str]:
     """Changes that make `pool` fit when the estimate is run again on them, smallest first."""
-    return [f"fits with {change.text}" for change in verified_changes(program, pool, fits)]
+    return [f"fits with {change.text}" for change in verified_changes(program, pool, fits, step)]
 
 
-def verified_changes(program: Program, pool: str, fits: Callable[[Program, str], bool]) -> list[Change]:
-    """verified_fixes as Changes, whose edits `rlgraph plan --fit` writes into the spec."""
-    candidates = _candidates(program, pool)
+def verified_changes(program: Program, pool: str, fits: Callable[[Program, str], bool],
+                     step: StepShape) -> list[Change]:
+    """verified_fixes as Changes, whose edits `rlgraph plan --fit` writes into the spec (`step`: the step's
+    shape, shape.step_shape)."""
+    candidates = _candidates(program, pool, step)
     found: list[Change] = []
     seen_roles_keys: set[tuple] = set()
     for change in sorted(candidates, key=lambda c: c.cost):
