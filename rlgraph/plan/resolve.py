@@ -23,7 +23,7 @@ TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # spe
 def role_settings(program: Program, role: Decl, root: Decl) -> Any:
     """The settings of `role` (root: the role whose processes it shares, itself if none)."""
     v = role.values
-    dtype = TORCH_DTYPES[v.get("dtype") or "fp32"]
+    dtype = TORCH_DTYPES[v["dtype"]]
     if role.kind == "actor":
         return s.ActorSettings(dtype, v["strategy"], v.get("micro_batch"), v.get("micro_batch_tokens"),
                                v["entropy_coeff"], _optim(program, v),
@@ -38,12 +38,12 @@ def role_settings(program: Program, role: Decl, root: Decl) -> Any:
     if role.kind == "ref":
         # a frozen role is sharded like the trained role it is colocated with (as the memory model counts it)
         trained_root = root is not role and root.kind in ("actor", "critic")
-        strategy = (root.values.get("strategy") or "ddp") if trained_root else "ddp"
+        strategy = root.values["strategy"] if trained_root else "ddp"  # ddp: whole, not sharded
         return s.RefSettings(dtype, strategy, v.get("micro_batch"), v.get("micro_batch_tokens"),
                              param_offload=v["param_offload"], remove_padding=v["remove_padding"])
     if role.kind == "reward_model":
         return s.RewardModelSettings(dtype, v.get("micro_batch"), v.get("micro_batch_tokens"),
-                                     bool(v.get("retokenize", False)), remove_padding=v["remove_padding"])
+                                     v["retokenize"], remove_padding=v["remove_padding"])
     if role.kind == "judge":  # the template's text itself, so plan.json holds what the judge is asked
         from rlgraph.contract.judge import template_text
 
@@ -80,7 +80,8 @@ def planned_steps(program: Program) -> int | None:
 def _val(program: Program, v: dict[str, Any]) -> s.ValSettings:
     """The rollout's `val { ... }` with train.val_samples folded in (the compiler rejects both at once)."""
     val = v["val"]
-    samples = program.train.get("val_samples", 1) if program.train is not None else 1
+    samples = program.train["val_samples"] if program.train is not None else \
+        BLOCKS["train"].keys["val_samples"].default
     n = val["n"] if val.get("n") is not None else samples
     temperature = val["temperature"] if val.get("temperature") is not None else 0.0 if n == 1 else v["temperature"]
     return s.ValSettings(n, temperature, val["top_p"] if val.get("top_p") is not None else v["top_p"],
