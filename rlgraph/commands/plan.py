@@ -21,6 +21,7 @@ from rlgraph.plan.build import plan_step_shape
 from rlgraph.plan.memory import fit_test
 from rlgraph.plan.memory_advice import verified_changes
 from rlgraph.plan.model import Plan
+from rlgraph.plan.resolve import models_settings
 from rlgraph.spec.edit import set_key
 from rlgraph.spec.formatter import FormatError, FormatterBug, format_text
 
@@ -90,7 +91,8 @@ def fit_command(file: str, output: str | None = None) -> int:
             return 1
         fixed.add(pool)
         step = plan_step_shape(compilation, plan)
-        changes = verified_changes(compilation.program, pool, fit_test(compilation.program, step), step)
+        models = models_settings(compilation.program)
+        changes = verified_changes(compilation.program, pool, fit_test(compilation.program, step, models), step)
         if not changes:
             over = [d for d in diagnostics if d.code in ("out-of-memory", "memory-at-full-length")]
             sys.stderr.write(render_full(over, compilation.sources))

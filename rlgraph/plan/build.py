@@ -10,8 +10,8 @@ from rlgraph.plan.tokenizers import check_tokenizers
 from rlgraph.plan.model import CallPlan, Plan
 from rlgraph.plan.placement import place
 from rlgraph.contract.rollouts import trained_generate
-from rlgraph.plan.resolve import (call_settings, data_settings, env_settings, generate_settings, reward_settings,
-                                  train_settings)
+from rlgraph.plan.resolve import (call_settings, data_settings, env_settings, generate_settings, models_settings,
+                                  reward_settings, train_settings)
 from rlgraph.plan.schedule import schedule
 from rlgraph.plan.shape import StepShape, step_shape
 from rlgraph.spec.program import InvalidValue
@@ -35,11 +35,13 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
         # default: `strategy = megatron` is no reason to estimate memory as for ddp
         plan.pools, plan.roles, plan.placements, placed = _unless_invalid(lambda: place(program), ([], [], [], []))
         plan.data = _or_none(lambda: data_settings(program))
+        models = models_settings(program)
         plan.memory, estimated = _unless_invalid(
-            lambda: estimate(program, plan_step_shape(compilation, plan), plan.pools, plan.roles, plan.placements),
+            lambda: estimate(program, plan_step_shape(compilation, plan), models, plan.pools, plan.roles,
+                             plan.placements),
             ([], []))
-        checked = _unless_invalid(lambda: plan_checks(program, plan.placements, diagnostics + placed), [])
-        diagnostics += placed + estimated + _unless_invalid(lambda: check_tokenizers(program), []) + checked
+        checked = _unless_invalid(lambda: plan_checks(program, plan.placements, diagnostics + placed, models), [])
+        diagnostics += placed + estimated + _unless_invalid(lambda: check_tokenizers(program, models), []) + checked
         # a reward or env with a wrong value (reported) is left out, as data and train are: shown with the
         # default in its place, it would show settings the user never wrote; a call that names it has none either
         plan.rewards = {name: decl.values.get("fn") for name, decl in program.rewards.items()

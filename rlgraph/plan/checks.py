@@ -15,18 +15,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlgraph.compiler.topology import model_of, tp_of
+from rlgraph.contract.settings import ModelSettings
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.plan.memory import model_shape
 from rlgraph.plan.model import Placement
+from rlgraph.plan.resolve import model_of_settings
 from rlgraph.spec.program import Decl, Program
 
 
-def plan_checks(program: Program, placements: list[Placement], earlier: list[Diagnostic]) -> list[Diagnostic]:
-    """`earlier`: the compiler's and placement's diagnostics."""
+def plan_checks(program: Program, placements: list[Placement], earlier: list[Diagnostic],
+                models: dict[str, ModelSettings | None]) -> list[Diagnostic]:
+    """`earlier`: the compiler's and placement's diagnostics; `models`: the models' settings
+    (resolve.models_settings)."""
     out = []
     for role in program.roles.values():
-        out += _tp_heads(program, role)
-        out += _context_length(program, role)
+        out += _tp_heads(program, role, models)
+        out += _context_length(program, role, models)
     if not any(d.is_error for d in earlier):  # a misnamed pool or an unplaced role would leave devices "idle"
         out += _idle_devices(program, placements)
     return out
@@ -36,14 +40,15 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
-def _tp_heads(program: Program, role: Decl) -> list[Diagnostic]:
+def _tp_heads(program: Program, role: Decl, models: dict[str, ModelSettings | None]) -> list[Diagnostic]:
     tp, name = tp_of(role), model_of(program, role)
-    model = program.models.get(name) if name else None
+    model = model_of_settings(models, name)
     if tp == 1 or model is None:
         return []
     shape = model_shape(model, Path(program.path).parent)
     heads, kv_heads = shape.heads, shape.kv_heads
-    source = model.span_of("heads") if model.is_set("heads") else model.span_of("path")
+    decl = program.models[name]  # where its keys are written
+    source = decl.span_of("heads") if model.heads is not None else decl.span_of("path")
     where = {"config.json": " (its config.json)", "builtin": " (built in)"}.get(shape.source, "")
     note = [(f"model `{name}` has {heads} attention heads and {kv_heads} key/value heads{where}", source)]
     if heads and heads % tp:
@@ -62,9 +67,9 @@ def _tp_heads(program: Program, role: Decl) -> list[Diagnostic]:
     return []
 
 
-def _context_length(program: Program, role: Decl) -> list[Diagnostic]:
+def _context_length(program: Program, role: Decl, models: dict[str, ModelSettings | None]) -> list[Diagnostic]:
     name = model_of(program, role) if role.kind == "rollout" else None
-    model = program.models.get(name) if name else None
+    model = model_of_settings(models, name)
     if model is None or not isinstance(role.get("max_new_tokens"), int):
         return []
     shape = model_shape(model, Path(program.path).parent)
@@ -77,7 +82,7 @@ def _context_length(program: Program, role: Decl) -> list[Diagnostic]:
                   role.span_of("max_new_tokens"),
                   f"set `max_new_tokens` to at most {positions - 1}, and `data.max_prompt_length` so that the two "
                   f"add up to {positions} or less", label=f"the model's context is {positions} tokens",
-                  notes=[(f"model `{name}` is declared here", model.span_of("path"))])]
+                  notes=[(f"model `{name}` is declared here", program.models[name].span_of("path"))])]
 
 
 def _idle_devices(program: Program, placements: list[Placement]) -> list[Diagnostic]:

@@ -62,7 +62,7 @@ from rlgraph.contract.stages import is_stage
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.diagnostics.codes import CODES
 from rlgraph.contract.engines import EngineFacts, engine_facts
-from rlgraph.contract.settings import JudgeSettings
+from rlgraph.contract.settings import JudgeSettings, ModelSettings
 from rlgraph.plan.memory_activations import Pass, activation_bytes, backward_peak
 from rlgraph.plan.memory_advice import first_cause, verified_fixes
 from rlgraph.plan.memory_engine import EngineBudget, kv_bytes_per_token
@@ -70,6 +70,7 @@ from rlgraph.plan.model import MemoryRow, Placement, PoolPlan, RolePlan
 from rlgraph.contract.methods import TRAINING_METHODS
 from rlgraph.plan.shape import StepShape
 from rlgraph.plan.placement import place
+from rlgraph.plan.resolve import model_of_settings
 from rlgraph.plan.view import format_bytes
 from rlgraph.spec.program import Decl, Program
 from rlgraph.spec.validate import did_you_mean
@@ -235,30 +236,30 @@ def _stage_config(path: str, base: Path, depth: int) -> tuple[dict, str] | None:
     return _read_config(start[0], start[1], depth + 1) if start is not None else None
 
 
-def model_shape(model: Decl, base: Path) -> ModelShape:
+def model_shape(model: ModelSettings, base: Path) -> ModelShape:
     """The model's size and attention shape: the spec's keys first, then config.json or the built-in table."""
-    found = _read_config(model.get("path") or "", base)
+    found = _read_config(model.path or "", base)
     config, source = found if found else ({}, "spec")
     cfg = config.get("text_config", config) if "hidden_size" not in config else config
-    hidden = model.get("hidden") or cfg.get("hidden_size")
-    heads = model.get("heads") or cfg.get("num_attention_heads")
+    hidden = model.hidden or cfg.get("hidden_size")
+    heads = model.heads or cfg.get("num_attention_heads")
     # config.json's head_dim stands unless the spec redefines the attention shape without it
-    head_dim = model.get("head_dim") or (
-        None if model.is_set("hidden") or model.is_set("heads") else cfg.get("head_dim"))
+    head_dim = model.head_dim or (
+        None if model.hidden is not None or model.heads is not None else cfg.get("head_dim"))
     if head_dim is None and hidden and heads:
         head_dim = hidden // heads
     return ModelShape(
-        params=model.get("params") or count_params(config),
-        layers=model.get("layers") or cfg.get("num_hidden_layers"),
+        params=model.params or count_params(config),
+        layers=model.layers or cfg.get("num_hidden_layers"),
         hidden=hidden,
         heads=heads,
-        kv_heads=model.get("kv_heads") or cfg.get("num_key_value_heads") or heads,
+        kv_heads=model.kv_heads or cfg.get("num_key_value_heads") or heads,
         head_dim=head_dim,
-        vocab=model.get("vocab") or cfg.get("vocab_size"),
-        intermediate=model.get("intermediate") or cfg.get("intermediate_size"),
+        vocab=model.vocab or cfg.get("vocab_size"),
+        intermediate=model.intermediate or cfg.get("intermediate_size"),
         tied=bool(cfg.get("tie_word_embeddings", False)),
         max_positions=cfg.get("max_position_embeddings"),
-        source=source if not model.is_set("params") else "spec",
+        source=source if model.params is None else "spec",
         moe=_spec_experts(model) or experts_of(cfg),
     )
 
@@ -266,25 +267,26 @@ def model_shape(model: Decl, base: Path) -> ModelShape:
 EXPERT_KEYS = ("experts", "experts_per_token", "expert_intermediate")
 
 
-def _partial_experts(model: Decl) -> Diagnostic | None:
-    """Some of the experts' keys without the others: the model cannot be counted as a mixture of experts."""
-    written = [k for k in EXPERT_KEYS if model.is_set(k)]
+def _partial_experts(model: ModelSettings, decl: Decl) -> Diagnostic | None:
+    """Some of the experts' keys without the others: the model cannot be counted as a mixture of experts.
+    `decl`: the model's declaration, for where the keys are written."""
+    written = [k for k in EXPERT_KEYS if getattr(model, k) is not None]
     if not written or len(written) == len(EXPERT_KEYS):
         return None
     missing = [k for k in EXPERT_KEYS if k not in written]
     return warning("memory-unknown", f"model `{model.name}` says {', '.join(f'`{k}`' for k in written)} but not "
-                   f"{', '.join(f'`{k}`' for k in missing)}: its experts are not counted", model.span_of(written[0]),
+                   f"{', '.join(f'`{k}`' for k in missing)}: its experts are not counted", decl.span_of(written[0]),
                    "a mixture of experts needs all three: e.g. `experts = 128  experts_per_token = 8  "
                    "expert_intermediate = 768` (config.json's num_experts, num_experts_per_tok, "
                    "moe_intermediate_size)", label="incomplete")
 
 
-def _spec_experts(model: Decl) -> Experts | None:
+def _spec_experts(model: ModelSettings) -> Experts | None:
     """The model block's `experts`, `experts_per_token`, `expert_intermediate`, `shared_expert_intermediate`."""
-    if not (model.get("experts") and model.get("experts_per_token") and model.get("expert_intermediate")):
+    if not (model.experts and model.experts_per_token and model.expert_intermediate):
         return None
-    return Experts(model.get("experts"), model.get("experts_per_token"), model.get("expert_intermediate"),
-                   model.get("shared_expert_intermediate") or 0)
+    return Experts(model.experts, model.experts_per_token, model.expert_intermediate,
+                   model.shared_expert_intermediate or 0)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -588,14 +590,14 @@ def _rollout_need(program: Program, plan: RolePlan, plans: dict[str, RolePlan], 
         need.phases[generate] = {"kv_cache": kv}  # the batch it generates at once, freed after the call
 
 
-def _unknown_builtin(program: Program, model_name: str | None) -> Diagnostic | None:
+def _unknown_builtin(program: Program, model: ModelSettings | None) -> Diagnostic | None:
     """A `builtin:` path that names no built-in model (a typo such as `builtin:arith-gtp`): an error at the path."""
-    model = program.models.get(model_name) if model_name else None
-    path = (model.get("path") or "") if model else ""
+    path = (model.path or "") if model else ""
     if not path.startswith("builtin:") or path in BUILTIN_MODELS:
         return None
     hints = [hint for hint in (did_you_mean(path, BUILTIN_MODELS),) if hint]
-    return error("unknown-model", f"`{path}` is not a built-in model", model.span_of("path"), *hints,
+    return error("unknown-model", f"`{path}` is not a built-in model", program.models[model.name].span_of("path"),
+                 *hints,
                  "the built-in models: " + ", ".join(f"`{name}`" for name in BUILTIN_MODELS),
                  label="no such built-in model")
 
@@ -644,21 +646,22 @@ def _engine_diagnostics(role: Decl, plan: RolePlan, budget: EngineBudget) -> lis
                        f"in {waves} wave{'s' * (waves != 1)}", where)]
 
 
-def estimate(program: Program, step: StepShape, pools: list[PoolPlan], roles: list[RolePlan],
-             placements: list[Placement]) -> tuple[list[MemoryRow], list[Diagnostic]]:
+def estimate(program: Program, step: StepShape, models: dict[str, ModelSettings | None], pools: list[PoolPlan],
+             roles: list[RolePlan], placements: list[Placement]) -> tuple[list[MemoryRow], list[Diagnostic]]:
     """One MemoryRow per device of every pool, and out-of-memory / engine / memory-unknown diagnostics.
-    `step`: the step's shape (shape.step_shape, from the compiled graph and the resolved settings)."""
-    rows, peaks, diagnostics = _estimate(program, step, pools, roles, placements)
+    `step`: the step's shape (shape.step_shape, from the compiled graph and the resolved settings); `models`:
+    the models' settings (resolve.models_settings)."""
+    rows, peaks, diagnostics = _estimate(program, step, models, pools, roles, placements)
 
     def rows_at(longest: int) -> list[MemoryRow]:  # the estimate with a micro-batch's rows at most this long
-        return _estimate(program, replace(step, longest=longest), pools, roles, placements)[0]
+        return _estimate(program, replace(step, longest=longest), models, pools, roles, placements)[0]
 
-    diagnostics += _check_fit(program, step, pools, rows, peaks, {r.name: r for r in roles}, rows_at)
+    diagnostics += _check_fit(program, step, models, pools, rows, peaks, {r.name: r for r in roles}, rows_at)
     return rows, diagnostics
 
 
-def _estimate(program: Program, step: StepShape, pools: list[PoolPlan], roles: list[RolePlan],
-              placements: list[Placement]):
+def _estimate(program: Program, step: StepShape, models: dict[str, ModelSettings | None], pools: list[PoolPlan],
+              roles: list[RolePlan], placements: list[Placement]):
     diagnostics: list[Diagnostic] = []
     base = Path(program.path).parent
     shapes: dict[str, ModelShape] = {}
@@ -673,16 +676,17 @@ def _estimate(program: Program, step: StepShape, pools: list[PoolPlan], roles: l
         if plan.settings is None:  # a value its settings read is wrong (reported): nothing to estimate it from
             continue
         model_name = plan.model
-        if model_name in program.models and model_name not in shapes:
-            shapes[model_name] = model_shape(program.models[model_name], base)
-            partial = _partial_experts(program.models[model_name])
+        model = model_of_settings(models, model_name)  # InvalidValue: a wrong value in it (reported)
+        if model is not None and model_name not in shapes:
+            shapes[model_name] = model_shape(model, base)
+            partial = _partial_experts(model, program.models[model_name])
             if partial is not None:
                 diagnostics.append(partial)
         need = role_need(program, plan, plans, shapes.get(model_name), step, capacity.get(placed_pool.get(plan.name)))
         needs[plan.name], host_items[plan.name] = need, offloaded_items(plan)
         if need.budget is not None:
             diagnostics += _engine_diagnostics(role, plan, need.budget)
-        misnamed = _unknown_builtin(program, model_name)
+        misnamed = _unknown_builtin(program, model)
         if misnamed is not None:  # not "add params = 7B": the name is wrong
             if (model_name, "builtin") not in warned:
                 warned.add((model_name, "builtin"))
@@ -734,7 +738,8 @@ def _estimate(program: Program, step: StepShape, pools: list[PoolPlan], roles: l
     return list(rows.values()), peaks, diagnostics
 
 
-def _check_fit(program: Program, step: StepShape, pools: list[PoolPlan], rows: list[MemoryRow], peaks: dict,
+def _check_fit(program: Program, step: StepShape, models: dict[str, ModelSettings | None], pools: list[PoolPlan],
+               rows: list[MemoryRow], peaks: dict,
                roles: dict[str, RolePlan], rows_at: Callable[[int], list[MemoryRow]]) -> list[Diagnostic]:
     out = []
     length = step.length
@@ -753,7 +758,7 @@ def _check_fit(program: Program, step: StepShape, pools: list[PoolPlan], rows: l
 
         longest = _longest_that_fits(holds, length) if length > 1 and holds(1) else 0
         if longest >= FULL_LENGTH_SHARE * length:  # only the working memory of long rows does not fit: a worst case
-            out.append(_full_length_warning(program, step, pool, worst, length, longest))
+            out.append(_full_length_warning(program, step, models, pool, worst, length, longest))
             continue
         items = sorted(worst.breakdown.items(), key=lambda kv: -kv[1])
         terms = " + ".join(f"{k} {format_bytes(v)}" for k, v in items if v)
@@ -768,7 +773,7 @@ def _check_fit(program: Program, step: StepShape, pools: list[PoolPlan], rows: l
         cause, top_role = first_cause(program, worst, capacity, roles)
         role = program.roles.get(top_role)
         total = pool.nodes * pool.devices_per_node
-        fixes = verified_fixes(program, pool.name, fit_test(program, step), step)
+        fixes = verified_fixes(program, pool.name, fit_test(program, step, models), step)
         short = (f"; at full length ({length:,} tokens) it holds micro-batches whose longest row is up to "
                  f"{longest:,} tokens, under {FULL_LENGTH_SHARE:.0%} of it" if longest else "")
         out.append(error(
@@ -835,14 +840,15 @@ def _longest_that_fits(holds: Callable[[int], bool], length: int) -> int:
     return low
 
 
-def _full_length_warning(program: Program, step: StepShape, pool: PoolPlan, worst: MemoryRow, length: int,
+def _full_length_warning(program: Program, step: StepShape, models: dict[str, ModelSettings | None], pool: PoolPlan,
+                         worst: MemoryRow, length: int,
                          longest: int) -> Diagnostic:
     """Only the working memory that grows with the rows' lengths does not fit: the micro-batches counted in rows
     (their activations and logits), at rows of full length. Real rows are mostly
     shorter (verl runs such launches), so this is a warning, with the length that fits and the fixes that
     bound the working memory whatever the lengths."""
     capacity = pool.device_memory_bytes
-    fixes = verified_fixes(program, pool.name, fit_test(program, step), step)
+    fixes = verified_fixes(program, pool.name, fit_test(program, step, models), step)
     return warning(
         "memory-at-full-length",
         f"with every row at full length ({step.prompt:,} prompt + {step.response:,} response = {length:,} tokens) "
@@ -859,11 +865,13 @@ def _full_length_warning(program: Program, step: StepShape, pool: PoolPlan, wors
         label=f"rows up to {longest:,} tokens fit")
 
 
-def fit_test(program: Program, step: StepShape) -> Callable[[Program, str], bool]:
+def fit_test(program: Program, step: StepShape,
+             models: dict[str, ModelSettings | None]) -> Callable[[Program, str], bool]:
     """The test a change to `program` must pass to be offered as a fix of `pool`: the pool's devices hold the
     estimate (engines included), and the compiler's checks find no error the spec did not have already (more
     devices change the samples each replica gets, which a micro-batch must divide). `step` is the shape of
-    `program`'s step and of every change's: a change sets role and pool keys, none of which it is made of."""
+    `program`'s step and of every change's: a change sets role and pool keys, none of which it is made of;
+    `models` likewise: the models' settings, which no change edits."""
     from rlgraph.compiler import run_check
     from rlgraph.compiler.build import build_graph
     from rlgraph.compiler.passes import PASSES
@@ -874,15 +882,15 @@ def fit_test(program: Program, step: StepShape) -> Callable[[Program, str], bool
         return {(d.code, d.message) for d in found if d.is_error}
 
     before = errors(program)
-    return lambda changed, pool: _fits(changed, pool, step) and errors(changed) <= before
+    return lambda changed, pool: _fits(changed, pool, step, models) and errors(changed) <= before
 
 
-def _fits(program: Program, pool: str, step: StepShape) -> bool:
+def _fits(program: Program, pool: str, step: StepShape, models: dict[str, ModelSettings | None]) -> bool:
     """Whether `pool`'s devices hold the estimate of `program`, engines included."""
     pools, roles, placements, placed = place(program)
     if any(d.is_error for d in placed):
         return False
-    rows, _, diagnostics = _estimate(program, step, pools, roles, placements)
+    rows, _, diagnostics = _estimate(program, step, models, pools, roles, placements)
     if any(d.code == "engine-memory" for d in diagnostics):
         return False
     return all(r.estimated_bytes <= r.capacity_bytes for r in rows if r.pool == pool and r.capacity_bytes)

@@ -8,13 +8,14 @@ the Plan restates a default.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Callable
 
 from rlgraph.compiler.graph import CallNode
 from rlgraph.contract import settings as s
 from rlgraph.contract.methods import call_settings_class
-from rlgraph.spec.program import Decl, Program
+from rlgraph.spec.program import Decl, InvalidValue, Program
 from rlgraph.spec.schema import BLOCKS
 
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # spec name -> torch name
@@ -55,6 +56,35 @@ def role_settings(program: Program, role: Decl, root: Decl) -> Any:
         return s.RolloutSettings(v["engine"], v["n"], v["temperature"], v["top_p"], v["top_k"], v["max_new_tokens"],
                                  v["tp"], v["memory_fraction"], v.get("max_sequences"), dtype, _val(program, v))
     raise ValueError(f"no settings for role kind {role.kind!r}")
+
+
+def model_settings(model: Decl) -> s.ModelSettings:
+    """A model block's settings; InvalidValue where it wrote a value wrongly (reported as `wrong-type`)."""
+    v = model.values
+    return s.ModelSettings(model.name, **{f.name: v.get(f.name) for f in dataclasses.fields(s.ModelSettings)
+                                          if f.name != "name"})
+
+
+def models_settings(program: Program) -> dict[str, s.ModelSettings | None]:
+    """Every model's settings, by name; None for a model with a wrongly written value (reported): a plan step
+    that reads it is skipped (`model_of`), as a read of the value itself was."""
+    out: dict[str, s.ModelSettings | None] = {}
+    for name, decl in program.models.items():
+        try:
+            out[name] = model_settings(decl)
+        except InvalidValue:
+            out[name] = None
+    return out
+
+
+def model_of_settings(models: dict[str, s.ModelSettings | None], name: str | None) -> s.ModelSettings | None:
+    """The settings of model `name`; None when it is not declared (or no name); InvalidValue when its block has
+    a wrong value (reported): the step that needs the model is skipped, not computed without it."""
+    if name is None or name not in models:
+        return None
+    if models[name] is None:
+        raise InvalidValue(name)
+    return models[name]
 
 
 def _optim(program: Program, values: dict[str, Any]) -> s.OptimSettings:
