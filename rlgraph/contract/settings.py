@@ -394,6 +394,17 @@ class ModelSettings:
     shared_expert_intermediate: int | None
 
 
+@dataclass(frozen=True)
+class PoolSettings:
+    """A pool block, as placement reads it. Not in plan.json: the Plan's PoolPlan is what placement made of it."""
+
+    name: str
+    nodes: int | None  # None only where the required key is missing (reported by the compiler)
+    devices_per_node: int | None  # likewise
+    device: str  # cpu | gpu
+    memory: int | None  # bytes of one device; None: not said (no memory check)
+
+
 ROLE_SETTINGS: dict[str, type] = {
     "actor": ActorSettings,
     "critic": CriticSettings,

@@ -87,6 +87,12 @@ def model_of_settings(models: dict[str, s.ModelSettings | None], name: str | Non
     return models[name]
 
 
+def pool_settings(pool: Decl) -> s.PoolSettings:
+    """A pool block's settings; InvalidValue where it wrote a value wrongly (reported as `wrong-type`)."""
+    v = pool.values
+    return s.PoolSettings(pool.name, v.get("nodes"), v.get("devices_per_node"), v["device"], v.get("memory"))
+
+
 def _optim(program: Program, values: dict[str, Any]) -> s.OptimSettings:
     o = values["optim"]
     ratio = o["warmup_ratio"]
