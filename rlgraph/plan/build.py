@@ -40,7 +40,8 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
             lambda: estimate(program, plan_step_shape(compilation, plan), models, plan.pools, plan.roles,
                              plan.placements),
             ([], []))
-        checked = _unless_invalid(lambda: plan_checks(program, plan.placements, diagnostics + placed, models), [])
+        checked = _unless_invalid(lambda: plan_checks(program, plan.pools, plan.roles, plan.placements,
+                                                      diagnostics + placed, models), [])
         diagnostics += placed + estimated + _unless_invalid(lambda: check_tokenizers(program, models), []) + checked
         # a reward or env with a wrong value (reported) is left out, as data and train are: shown with the
         # default in its place, it would show settings the user never wrote; a call that names it has none either

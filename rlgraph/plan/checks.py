@@ -18,21 +18,25 @@ from rlgraph.compiler.topology import model_of, tp_of
 from rlgraph.contract.settings import ModelSettings
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.plan.memory import model_shape
-from rlgraph.plan.model import Placement
+from rlgraph.plan.model import Placement, PoolPlan, RolePlan
 from rlgraph.plan.resolve import model_of_settings
 from rlgraph.spec.program import Decl, Program
 
 
-def plan_checks(program: Program, placements: list[Placement], earlier: list[Diagnostic],
-                models: dict[str, ModelSettings | None]) -> list[Diagnostic]:
-    """`earlier`: the compiler's and placement's diagnostics; `models`: the models' settings
-    (resolve.models_settings)."""
+def plan_checks(program: Program, pools: list[PoolPlan], roles: list[RolePlan], placements: list[Placement],
+                earlier: list[Diagnostic], models: dict[str, ModelSettings | None]) -> list[Diagnostic]:
+    """`pools`, `roles`, `placements`: what placement made; `earlier`: the compiler's and placement's
+    diagnostics; `models`: the models' settings (resolve.models_settings).
+
+    The tp and context checks read each role's tp, model and max_new_tokens from its declaration, not from
+    `roles`: those are empty when placement was skipped for a wrong pool value, which is no reason to skip
+    checks that do not depend on pools (and a rollout whose other settings are wrong is still checked)."""
     out = []
     for role in program.roles.values():
         out += _tp_heads(program, role, models)
         out += _context_length(program, role, models)
     if not any(d.is_error for d in earlier):  # a misnamed pool or an unplaced role would leave devices "idle"
-        out += _idle_devices(program, placements)
+        out += _idle_devices(program, pools, roles, placements)
     return out
 
 
@@ -42,8 +46,10 @@ def _divisors(n: int) -> str:
 
 def _tp_heads(program: Program, role: Decl, models: dict[str, ModelSettings | None]) -> list[Diagnostic]:
     tp, name = tp_of(role), model_of(program, role)
-    model = model_of_settings(models, name)
-    if tp == 1 or model is None:
+    if tp == 1:
+        return []
+    model = model_of_settings(models, name)  # read only for tp > 1: a wrong value in it skips the checks then
+    if model is None:
         return []
     shape = model_shape(model, Path(program.path).parent)
     heads, kv_heads = shape.heads, shape.kv_heads
@@ -70,10 +76,10 @@ def _tp_heads(program: Program, role: Decl, models: dict[str, ModelSettings | No
 def _context_length(program: Program, role: Decl, models: dict[str, ModelSettings | None]) -> list[Diagnostic]:
     name = model_of(program, role) if role.kind == "rollout" else None
     model = model_of_settings(models, name)
-    if model is None or not isinstance(role.get("max_new_tokens"), int):
+    if model is None:
         return []
     shape = model_shape(model, Path(program.path).parent)
-    tokens, positions = role["max_new_tokens"], shape.max_positions
+    tokens, positions = role["max_new_tokens"], shape.max_positions  # the schema fills in its default
     if not isinstance(positions, int) or tokens < positions:
         return []
     where = {"config.json": "its config.json", "builtin": "built in"}.get(shape.source, shape.source)
@@ -85,27 +91,27 @@ def _context_length(program: Program, role: Decl, models: dict[str, ModelSetting
                   notes=[(f"model `{name}` is declared here", program.models[name].span_of("path"))])]
 
 
-def _idle_devices(program: Program, placements: list[Placement]) -> list[Diagnostic]:
+def _idle_devices(program: Program, pools: list[PoolPlan], roles: list[RolePlan],
+                  placements: list[Placement]) -> list[Diagnostic]:
+    """Run only on a spec without errors: every pool has its size (no missing `nodes`, no placeholder)."""
     out = []
-    for pool in program.pools.values():
-        nodes, per_node = pool.get("nodes"), pool.get("devices_per_node")
-        if not isinstance(nodes, int) or not isinstance(per_node, int):
-            continue
+    for pool in pools:
+        nodes, per_node, span = pool.nodes, pool.devices_per_node, program.pools[pool.name].span
         used = {(p.node, d) for p in placements if p.pool == pool.name for d in p.devices}
         total, idle = nodes * per_node, nodes * per_node - len(used)
         if idle <= 0:
             continue
-        roots = [r.name for r in program.roles.values() if r.get("pool") == pool.name]
+        roots = [r.name for r in roles if r.pool == pool.name]
         if not roots:
             out.append(warning("idle-devices", f"no role uses pool `{pool.name}`: its {total} device"
-                               f"{'s' * (total != 1)} sit{'s' * (total == 1)} idle", pool.span,
+                               f"{'s' * (total != 1)} sit{'s' * (total == 1)} idle", span,
                                "place a role on it (`pool = ...`), or remove the pool",
                                label=f"{total} idle"))
             continue
         held = ", ".join(f"`{r}` holds {sum(len(p.devices) for p in placements if p.role == r)}" for r in roots)
         out.append(warning(
             "idle-devices", f"pool `{pool.name}` has {total} device{'s' * (total != 1)}, but its roles use "
-            f"{len(used)} ({held}): {idle} device{'s' * (idle != 1)} sit{'s' * (idle == 1)} idle", pool.span,
+            f"{len(used)} ({held}): {idle} device{'s' * (idle != 1)} sit{'s' * (idle == 1)} idle", span,
             f"raise `replicas` of a role on `{pool.name}` to use them, or shrink the pool "
             f"(`nodes`, `devices_per_node`) to {len(used)} device{'s' * (len(used) != 1)}",
             label=f"{idle} of {total} idle"))
