@@ -17,9 +17,11 @@ import sys
 from rlgraph.api import compile
 from rlgraph.diagnostics import has_errors, render_full
 from rlgraph.importers.verl_overrides import is_imported, verl_change
+from rlgraph.plan.build import plan_step_shape
 from rlgraph.plan.memory import fit_test
 from rlgraph.plan.memory_advice import verified_changes
 from rlgraph.plan.model import Plan
+from rlgraph.plan.resolve import models_settings
 from rlgraph.spec.edit import set_key
 from rlgraph.spec.formatter import FormatError, FormatterBug, format_text
 
@@ -88,7 +90,9 @@ def fit_command(file: str, output: str | None = None) -> int:
                              "no fitting spec was written\n")
             return 1
         fixed.add(pool)
-        changes = verified_changes(compilation.program, pool, fit_test(compilation.program))
+        step = plan_step_shape(compilation, plan)
+        models = models_settings(compilation.program)
+        changes = verified_changes(compilation.program, pool, fit_test(compilation.program, step, models), step)
         if not changes:
             over = [d for d in diagnostics if d.code in ("out-of-memory", "memory-at-full-length")]
             sys.stderr.write(render_full(over, compilation.sources))

@@ -371,6 +371,40 @@ class DataSettings:
     max_response_length: int  # SFT: longer demonstrations (response + EOS, in tokens) are left out
 
 
+@dataclass(frozen=True)
+class ModelSettings:
+    """A model block: where its weights are, and the size and shape keys the spec wrote. A shape key of None
+    was not written: the memory estimate and the plan's checks take config.json's or the built-in table's.
+    Resolved once at planning for the planner's reads; not in plan.json (Plan.models keeps the block's values
+    as written, so the plan hash is that of the spec)."""
+
+    name: str
+    path: str | None  # None only where the required key is missing (reported by the compiler)
+    params: int | None
+    layers: int | None
+    hidden: int | None
+    heads: int | None
+    kv_heads: int | None
+    vocab: int | None
+    intermediate: int | None
+    head_dim: int | None
+    experts: int | None
+    experts_per_token: int | None
+    expert_intermediate: int | None
+    shared_expert_intermediate: int | None
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """A pool block, as placement reads it. Not in plan.json: the Plan's PoolPlan is what placement made of it."""
+
+    name: str
+    nodes: int | None  # None only where the required key is missing (reported by the compiler)
+    devices_per_node: int | None  # likewise
+    device: str  # cpu | gpu
+    memory: int | None  # bytes of one device; None: not said (no memory check)
+
+
 ROLE_SETTINGS: dict[str, type] = {
     "actor": ActorSettings,
     "critic": CriticSettings,

@@ -10,9 +10,10 @@ from rlgraph.plan.tokenizers import check_tokenizers
 from rlgraph.plan.model import CallPlan, Plan
 from rlgraph.plan.placement import place
 from rlgraph.contract.rollouts import trained_generate
-from rlgraph.plan.resolve import (call_settings, data_settings, env_settings, generate_settings, reward_settings,
-                                  train_settings)
+from rlgraph.plan.resolve import (call_settings, data_settings, env_settings, generate_settings, models_settings,
+                                  reward_settings, train_settings)
 from rlgraph.plan.schedule import schedule
+from rlgraph.plan.shape import StepShape, step_shape
 from rlgraph.spec.program import InvalidValue
 
 
@@ -33,10 +34,15 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
         # a step that reads a value the spec wrote wrongly (reported already) is skipped, not computed with a
         # default: `strategy = megatron` is no reason to estimate memory as for ddp
         plan.pools, plan.roles, plan.placements, placed = _unless_invalid(lambda: place(program), ([], [], [], []))
+        plan.data = _or_none(lambda: data_settings(program))
+        models = models_settings(program)
         plan.memory, estimated = _unless_invalid(
-            lambda: estimate(program, plan.pools, plan.roles, plan.placements), ([], []))
-        checked = _unless_invalid(lambda: plan_checks(program, plan.placements, diagnostics + placed), [])
-        diagnostics += placed + estimated + _unless_invalid(lambda: check_tokenizers(program), []) + checked
+            lambda: estimate(program, plan_step_shape(compilation, plan), models, plan.pools, plan.roles,
+                             plan.placements),
+            ([], []))
+        checked = _unless_invalid(lambda: plan_checks(program, plan.pools, plan.roles, plan.placements,
+                                                      diagnostics + placed, models), [])
+        diagnostics += placed + estimated + _unless_invalid(lambda: check_tokenizers(program, models), []) + checked
         # a reward or env with a wrong value (reported) is left out, as data and train are: shown with the
         # default in its place, it would show settings the user never wrote; a call that names it has none either
         plan.rewards = {name: decl.values.get("fn") for name, decl in program.rewards.items()
@@ -44,14 +50,14 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
         plan.reward_settings = _resolved(program.rewards, lambda decl: reward_settings(decl.values))
         plan.models = {name: dict(decl.values) for name, decl in program.models.items()}
         plan.envs = _resolved(program.envs, lambda decl: env_settings(program, decl))
-        plan.data = _or_none(lambda: data_settings(program))
         plan.train = _or_none(lambda: train_settings(program))
     if graph is not None:
         plan.schedule, stage_of = schedule(graph, plan.placements)
         roles = {r.name: r.settings for r in plan.roles}
         replicas = {r.name: r.replicas for r in plan.roles}
         generate = trained_generate(graph.calls())  # what log-probs are scored at and mini-batches count
-        rollout = _or_none(lambda: generate_settings(generate, roles[generate.target], plan.envs)) if generate else None
+        rollout = _or_none(lambda: generate_settings(generate, roles.get(generate.target), plan.envs)) \
+            if generate else None
         plan.calls = [CallPlan(c.id, c.label, c.kind, c.target, c.method, c.role_kind,
                                [list(port) for port in c.inputs], [list(port) for port in c.outputs],
                                dict(c.kwargs), stage_of.get(c.id, 0),
@@ -63,11 +69,22 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
     return plan, diagnostics
 
 
+def plan_step_shape(compilation: Compilation, plan: Plan) -> StepShape:
+    """The step's shape the memory estimate reads: the compiled graph's calls, the placed roles' settings and
+    the data's. InvalidValue where the data block's settings did not resolve (a wrong value, reported)."""
+    if compilation.program.data is not None and plan.data is None:
+        raise InvalidValue("data")
+    return step_shape(compilation.graph, plan.roles, plan.data)
+
+
 def _or_none(resolve):
-    """Resolved settings, or None where the spec has errors in them (a plan with errors never runs)."""
+    """Resolved settings, or None where they read a value the spec wrote wrongly (InvalidValue: reported by the
+    compiler as `wrong-type`; a plan with errors never runs). Nothing else is caught: the resolvers return None
+    themselves for what an error elsewhere leaves out (a rollout without settings, an undeclared env), so a
+    KeyError or TypeError here is a bug that shows, not a setting that silently goes missing."""
     try:
         return resolve()
-    except (KeyError, TypeError, ValueError, AttributeError, InvalidValue):
+    except InvalidValue:
         return None
 
 

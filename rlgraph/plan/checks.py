@@ -15,20 +15,28 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlgraph.compiler.topology import model_of, tp_of
+from rlgraph.contract.settings import ModelSettings
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.plan.memory import model_shape
-from rlgraph.plan.model import Placement
+from rlgraph.plan.model import Placement, PoolPlan, RolePlan
+from rlgraph.plan.resolve import model_of_settings
 from rlgraph.spec.program import Decl, Program
 
 
-def plan_checks(program: Program, placements: list[Placement], earlier: list[Diagnostic]) -> list[Diagnostic]:
-    """`earlier`: the compiler's and placement's diagnostics."""
+def plan_checks(program: Program, pools: list[PoolPlan], roles: list[RolePlan], placements: list[Placement],
+                earlier: list[Diagnostic], models: dict[str, ModelSettings | None]) -> list[Diagnostic]:
+    """`pools`, `roles`, `placements`: what placement made; `earlier`: the compiler's and placement's
+    diagnostics; `models`: the models' settings (resolve.models_settings).
+
+    The tp and context checks read each role's tp, model and max_new_tokens from its declaration, not from
+    `roles`: those are empty when placement was skipped for a wrong pool value, which is no reason to skip
+    checks that do not depend on pools (and a rollout whose other settings are wrong is still checked)."""
     out = []
     for role in program.roles.values():
-        out += _tp_heads(program, role)
-        out += _context_length(program, role)
+        out += _tp_heads(program, role, models)
+        out += _context_length(program, role, models)
     if not any(d.is_error for d in earlier):  # a misnamed pool or an unplaced role would leave devices "idle"
-        out += _idle_devices(program, placements)
+        out += _idle_devices(program, pools, roles, placements)
     return out
 
 
@@ -36,14 +44,17 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
-def _tp_heads(program: Program, role: Decl) -> list[Diagnostic]:
+def _tp_heads(program: Program, role: Decl, models: dict[str, ModelSettings | None]) -> list[Diagnostic]:
     tp, name = tp_of(role), model_of(program, role)
-    model = program.models.get(name) if name else None
-    if tp == 1 or model is None:
+    if tp == 1:
+        return []
+    model = model_of_settings(models, name)  # read only for tp > 1: a wrong value in it skips the checks then
+    if model is None:
         return []
     shape = model_shape(model, Path(program.path).parent)
     heads, kv_heads = shape.heads, shape.kv_heads
-    source = model.span_of("heads") if model.is_set("heads") else model.span_of("path")
+    decl = program.models[name]  # where its keys are written
+    source = decl.span_of("heads") if model.heads is not None else decl.span_of("path")
     where = {"config.json": " (its config.json)", "builtin": " (built in)"}.get(shape.source, "")
     note = [(f"model `{name}` has {heads} attention heads and {kv_heads} key/value heads{where}", source)]
     if heads and heads % tp:
@@ -62,13 +73,13 @@ def _tp_heads(program: Program, role: Decl) -> list[Diagnostic]:
     return []
 
 
-def _context_length(program: Program, role: Decl) -> list[Diagnostic]:
+def _context_length(program: Program, role: Decl, models: dict[str, ModelSettings | None]) -> list[Diagnostic]:
     name = model_of(program, role) if role.kind == "rollout" else None
-    model = program.models.get(name) if name else None
-    if model is None or not isinstance(role.get("max_new_tokens"), int):
+    model = model_of_settings(models, name)
+    if model is None:
         return []
     shape = model_shape(model, Path(program.path).parent)
-    tokens, positions = role["max_new_tokens"], shape.max_positions
+    tokens, positions = role["max_new_tokens"], shape.max_positions  # the schema fills in its default
     if not isinstance(positions, int) or tokens < positions:
         return []
     where = {"config.json": "its config.json", "builtin": "built in"}.get(shape.source, shape.source)
@@ -77,30 +88,30 @@ def _context_length(program: Program, role: Decl) -> list[Diagnostic]:
                   role.span_of("max_new_tokens"),
                   f"set `max_new_tokens` to at most {positions - 1}, and `data.max_prompt_length` so that the two "
                   f"add up to {positions} or less", label=f"the model's context is {positions} tokens",
-                  notes=[(f"model `{name}` is declared here", model.span_of("path"))])]
+                  notes=[(f"model `{name}` is declared here", program.models[name].span_of("path"))])]
 
 
-def _idle_devices(program: Program, placements: list[Placement]) -> list[Diagnostic]:
+def _idle_devices(program: Program, pools: list[PoolPlan], roles: list[RolePlan],
+                  placements: list[Placement]) -> list[Diagnostic]:
+    """Run only on a spec without errors: every pool has its size (no missing `nodes`, no placeholder)."""
     out = []
-    for pool in program.pools.values():
-        nodes, per_node = pool.get("nodes"), pool.get("devices_per_node")
-        if not isinstance(nodes, int) or not isinstance(per_node, int):
-            continue
+    for pool in pools:
+        nodes, per_node, span = pool.nodes, pool.devices_per_node, program.pools[pool.name].span
         used = {(p.node, d) for p in placements if p.pool == pool.name for d in p.devices}
         total, idle = nodes * per_node, nodes * per_node - len(used)
         if idle <= 0:
             continue
-        roots = [r.name for r in program.roles.values() if r.get("pool") == pool.name]
+        roots = [r.name for r in roles if r.pool == pool.name]
         if not roots:
             out.append(warning("idle-devices", f"no role uses pool `{pool.name}`: its {total} device"
-                               f"{'s' * (total != 1)} sit{'s' * (total == 1)} idle", pool.span,
+                               f"{'s' * (total != 1)} sit{'s' * (total == 1)} idle", span,
                                "place a role on it (`pool = ...`), or remove the pool",
                                label=f"{total} idle"))
             continue
         held = ", ".join(f"`{r}` holds {sum(len(p.devices) for p in placements if p.role == r)}" for r in roots)
         out.append(warning(
             "idle-devices", f"pool `{pool.name}` has {total} device{'s' * (total != 1)}, but its roles use "
-            f"{len(used)} ({held}): {idle} device{'s' * (idle != 1)} sit{'s' * (idle == 1)} idle", pool.span,
+            f"{len(used)} ({held}): {idle} device{'s' * (idle != 1)} sit{'s' * (idle == 1)} idle", span,
             f"raise `replicas` of a role on `{pool.name}` to use them, or shrink the pool "
             f"(`nodes`, `devices_per_node`) to {len(used)} device{'s' * (len(used) != 1)}",
             label=f"{idle} of {total} idle"))

@@ -55,19 +55,22 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from rlgraph.compiler.topology import model_of, pool_device, root_of
+from rlgraph.compiler.topology import pool_device
 from rlgraph.contract.stages import is_stage
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.diagnostics.codes import CODES
 from rlgraph.contract.engines import EngineFacts, engine_facts
+from rlgraph.contract.settings import JudgeSettings, ModelSettings
 from rlgraph.plan.memory_activations import Pass, activation_bytes, backward_peak
 from rlgraph.plan.memory_advice import first_cause, verified_fixes
 from rlgraph.plan.memory_engine import EngineBudget, kv_bytes_per_token
 from rlgraph.plan.model import MemoryRow, Placement, PoolPlan, RolePlan
 from rlgraph.contract.methods import TRAINING_METHODS
-from rlgraph.plan.shape import StepShape, step_shape
+from rlgraph.plan.shape import StepShape
 from rlgraph.plan.placement import place
+from rlgraph.plan.resolve import model_of_settings
 from rlgraph.plan.view import format_bytes
 from rlgraph.spec.program import Decl, Program
 from rlgraph.spec.validate import did_you_mean
@@ -233,30 +236,30 @@ def _stage_config(path: str, base: Path, depth: int) -> tuple[dict, str] | None:
     return _read_config(start[0], start[1], depth + 1) if start is not None else None
 
 
-def model_shape(model: Decl, base: Path) -> ModelShape:
+def model_shape(model: ModelSettings, base: Path) -> ModelShape:
     """The model's size and attention shape: the spec's keys first, then config.json or the built-in table."""
-    found = _read_config(model.get("path") or "", base)
+    found = _read_config(model.path or "", base)
     config, source = found if found else ({}, "spec")
     cfg = config.get("text_config", config) if "hidden_size" not in config else config
-    hidden = model.get("hidden") or cfg.get("hidden_size")
-    heads = model.get("heads") or cfg.get("num_attention_heads")
+    hidden = model.hidden or cfg.get("hidden_size")
+    heads = model.heads or cfg.get("num_attention_heads")
     # config.json's head_dim stands unless the spec redefines the attention shape without it
-    head_dim = model.get("head_dim") or (
-        None if model.is_set("hidden") or model.is_set("heads") else cfg.get("head_dim"))
+    head_dim = model.head_dim or (
+        None if model.hidden is not None or model.heads is not None else cfg.get("head_dim"))
     if head_dim is None and hidden and heads:
         head_dim = hidden // heads
     return ModelShape(
-        params=model.get("params") or count_params(config),
-        layers=model.get("layers") or cfg.get("num_hidden_layers"),
+        params=model.params or count_params(config),
+        layers=model.layers or cfg.get("num_hidden_layers"),
         hidden=hidden,
         heads=heads,
-        kv_heads=model.get("kv_heads") or cfg.get("num_key_value_heads") or heads,
+        kv_heads=model.kv_heads or cfg.get("num_key_value_heads") or heads,
         head_dim=head_dim,
-        vocab=model.get("vocab") or cfg.get("vocab_size"),
-        intermediate=model.get("intermediate") or cfg.get("intermediate_size"),
+        vocab=model.vocab or cfg.get("vocab_size"),
+        intermediate=model.intermediate or cfg.get("intermediate_size"),
         tied=bool(cfg.get("tie_word_embeddings", False)),
         max_positions=cfg.get("max_position_embeddings"),
-        source=source if not model.is_set("params") else "spec",
+        source=source if model.params is None else "spec",
         moe=_spec_experts(model) or experts_of(cfg),
     )
 
@@ -264,65 +267,72 @@ def model_shape(model: Decl, base: Path) -> ModelShape:
 EXPERT_KEYS = ("experts", "experts_per_token", "expert_intermediate")
 
 
-def _partial_experts(model: Decl) -> Diagnostic | None:
-    """Some of the experts' keys without the others: the model cannot be counted as a mixture of experts."""
-    written = [k for k in EXPERT_KEYS if model.is_set(k)]
+def _partial_experts(model: ModelSettings, decl: Decl) -> Diagnostic | None:
+    """Some of the experts' keys without the others: the model cannot be counted as a mixture of experts.
+    `decl`: the model's declaration, for where the keys are written."""
+    written = [k for k in EXPERT_KEYS if getattr(model, k) is not None]
     if not written or len(written) == len(EXPERT_KEYS):
         return None
     missing = [k for k in EXPERT_KEYS if k not in written]
     return warning("memory-unknown", f"model `{model.name}` says {', '.join(f'`{k}`' for k in written)} but not "
-                   f"{', '.join(f'`{k}`' for k in missing)}: its experts are not counted", model.span_of(written[0]),
+                   f"{', '.join(f'`{k}`' for k in missing)}: its experts are not counted", decl.span_of(written[0]),
                    "a mixture of experts needs all three: e.g. `experts = 128  experts_per_token = 8  "
                    "expert_intermediate = 768` (config.json's num_experts, num_experts_per_tok, "
                    "moe_intermediate_size)", label="incomplete")
 
 
-def _spec_experts(model: Decl) -> Experts | None:
+def _spec_experts(model: ModelSettings) -> Experts | None:
     """The model block's `experts`, `experts_per_token`, `expert_intermediate`, `shared_expert_intermediate`."""
-    if not (model.get("experts") and model.get("experts_per_token") and model.get("expert_intermediate")):
+    if not (model.experts and model.experts_per_token and model.expert_intermediate):
         return None
-    return Experts(model.get("experts"), model.get("experts_per_token"), model.get("expert_intermediate"),
-                   model.get("shared_expert_intermediate") or 0)
+    return Experts(model.experts, model.experts_per_token, model.expert_intermediate,
+                   model.shared_expert_intermediate or 0)
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _strategy(program: Program, role: Decl) -> str:
-    """A trained role's own strategy; a frozen one follows its colocation root (ddp on a pool of its own)."""
-    if role.kind in TRAINED:
-        return role.get("strategy", "ddp")
-    root = root_of(program, role)
-    return root.get("strategy", "ddp") if root is not role and root.kind in TRAINED else "ddp"
+def _root(plan: RolePlan, plans: dict[str, RolePlan]) -> RolePlan:
+    """The role whose devices `plan` runs on (itself when it has a pool of its own)."""
+    return plans.get(plan.colocate, plan) if plan.colocate else plan
 
 
-def _engine(rollout: Decl) -> EngineFacts:
-    return engine_facts(rollout.get("engine"))  # the schema admits only the contract's engine names
+def _sharded(plan: RolePlan, plans: dict[str, RolePlan]) -> bool:
+    """Sharded over its replicas (fsdp): a trained role by its own strategy, a ref by the one its settings
+    resolved (its root's), a reward model by its trained root's (whole on a pool of its own)."""
+    strategy = getattr(plan.settings, "strategy", None)
+    root = _root(plan, plans)
+    if strategy is None and root is not plan and root.kind in TRAINED:
+        strategy = getattr(root.settings, "strategy", None)
+    return strategy == "fsdp"
 
 
-def shares_actor_weights(program: Program, role: Decl) -> bool:
+def _engine(plan: RolePlan) -> EngineFacts:
+    return engine_facts(plan.settings.engine)  # the schema admits only the contract's engine names
+
+
+def shares_actor_weights(plan: RolePlan, plans: dict[str, RolePlan]) -> bool:
     """An hf rollout colocated with the actor whose model it generates with reads the actor's weights in place.
 
     Other engines (sglang, vllm) load the weights into their own memory, so they hold a copy even when colocated.
     """
-    root = root_of(program, role)
-    return (role.kind == "rollout" and _engine(role).in_place
-            and role.get("colocate") is not None and root is not role
-            and root.kind == "actor" and model_of(program, role) == root.get("model"))
+    root = _root(plan, plans)
+    return (plan.kind == "rollout" and _engine(plan).in_place and root is not plan
+            and root.kind == "actor" and plan.model == root.model)
 
 
-def lora_rank(role: Decl) -> int:
-    """The rank of a LoRA actor's adapters; 0 = full fine-tuning."""
-    return (role.get("lora") or {}).get("rank", 0) if role.kind == "actor" else 0
+def lora_rank(plan: RolePlan) -> int:
+    """The rank of a LoRA actor's adapters; 0 = full fine-tuning (no LoraSettings)."""
+    lora = getattr(plan.settings, "lora", None) if plan.kind == "actor" else None
+    return lora.rank if lora is not None else 0
 
 
-def shares_actor_base(program: Program, role: Decl) -> bool:
+def shares_actor_base(plan: RolePlan, plans: dict[str, RolePlan]) -> bool:
     """A ref on the model of a LoRA actor whose devices it shares is that actor's base (its adapters off)."""
-    root = root_of(program, role)
-    return role.kind == "ref" and any(
-        lora_rank(actor) and root_of(program, actor) is root and actor.get("model") == model_of(program, role)
-        for actor in program.roles.values())
+    root = _root(plan, plans)
+    return plan.kind == "ref" and any(
+        lora_rank(actor) and _root(actor, plans) is root and actor.model == plan.model for actor in plans.values())
 
 
 def adapter_params(shape: ModelShape, rank: int, targets: str | list[str]) -> int | None:
@@ -356,7 +366,7 @@ def adapter_params(shape: ModelShape, rank: int, targets: str | list[str]) -> in
     return shape.layers * attention + sparse_layers * sparse + (shape.layers - sparse_layers) * dense
 
 
-def offloaded_items(role: Decl) -> tuple[str, ...]:
+def offloaded_items(plan: RolePlan) -> tuple[str, ...]:
     """The items of `role_memory` that a role keeps in host memory instead of on its device.
 
     A trained role's `param_offload` is FSDP2's CPUOffloadPolicy: each rank's shards of the parameters,
@@ -369,11 +379,12 @@ def offloaded_items(role: Decl) -> tuple[str, ...]:
     verl's `fsdp_config.param_offload` is none of these for a trained role: it moves the shards in for each
     call, so the update holds them all on the device (rlgraph's `param_offload` is verl's `offload_policy`);
     a verl launch's update is estimated as the role without `param_offload` (docs/memory.md, Offload)."""
-    if role.kind in TRAINED:
-        if role.get("param_offload"):
+    settings = plan.settings
+    if plan.kind in TRAINED:
+        if settings.param_offload:
             return "params", "adapters", "grads", "optimizer"
-        return ("optimizer",) if role.get("optimizer_offload") else ()
-    return ("params",) if role.kind == "ref" and role.get("param_offload") else ()
+        return ("optimizer",) if settings.optimizer_offload else ()
+    return ("params",) if plan.kind == "ref" and settings.param_offload else ()
 
 
 def kv_cache_bytes(shape: ModelShape, *, prompt_length: int, new_tokens: int, sequences: int, dtype: str,
@@ -399,15 +410,15 @@ def intermediate_size(shape: ModelShape) -> int | None:
     return rest // (3 * h * shape.layers) if rest > 0 else None
 
 
-def micro_pass(step: StepShape, role: Decl, kwargs: dict, samples: int, split: int = 1) -> Pass:
+def micro_pass(step: StepShape, role: Any, kwargs: dict, samples: int, split: int = 1) -> Pass:
     """The largest micro-batch of a call that gets `samples` sequences on each data-parallel group of `split`
     devices (1: each device; `sequence_parallel` > 1: the devices that share each sequence).
 
     A token budget bounds the pass whatever the rows' lengths (rows of full length; per device, so a group's
     micro-batch holds `split` times it, as verl's max_token_len_per_gpu x sp); a micro-batch counted in rows
     holds rows of `step.row_length` tokens (full length unless the verdict asks at a shorter one)."""
-    budget = kwargs.get("micro_batch_tokens") or role.get("micro_batch_tokens")
-    micro = kwargs.get("micro_batch") or role.get("micro_batch")
+    budget = kwargs.get("micro_batch_tokens") or role.micro_batch_tokens  # role: its resolved settings
+    micro = kwargs.get("micro_batch") or role.micro_batch
     if budget:
         rows = max(1, budget * split // max(step.length, 1))
         return Pass(rows=max(1, min(rows, samples)), length=step.length, scored=step.response, split=split)
@@ -420,8 +431,7 @@ FORWARD_METHODS = ("log_prob", "values", "score", "top_k")
 VALUE_HEADS = ("critic", "reward_model")  # one score per position: no vocabulary logits
 
 
-def _call_phases(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | None, step: StepShape,
-                 dtype_bytes: int) -> tuple[dict[str, dict[str, int]], set[str]]:
+def _call_phases(plan: RolePlan, shape: ModelShape | None, step: StepShape, dtype_bytes: int) -> tuple[dict[str, dict[str, int]], set[str]]:
     """Activations and logits of each of the role's calls, by call (`actor.update`, `ref.log_prob`, ...); and the
     updates whose mini-batch takes several micro-batches (gradients accumulate: the second one's backward starts
     with the first one's gradients)."""
@@ -433,7 +443,8 @@ def _call_phases(program: Program, role: Decl, plan: RolePlan, shape: ModelShape
     share = _ceil_div(step.batch * step.n, groups)  # samples on each device (each group)
     kv = shape.kv_heads * shape.head_dim if shape.kv_heads and shape.head_dim else None
     phases, accumulated = {}, set()
-    for method, kwargs in step.calls.get(role.name, []):
+    settings = plan.settings
+    for method, kwargs in step.calls.get(plan.name, []):
         backward = method in TRAINING_METHODS
         if not backward and method not in FORWARD_METHODS:
             continue
@@ -441,14 +452,14 @@ def _call_phases(program: Program, role: Decl, plan: RolePlan, shape: ModelShape
         minibatch = kwargs.get("minibatch")
         if backward and minibatch:
             samples = max(1, _ceil_div(minibatch * step.n, groups))
-        micro = micro_pass(step, role, kwargs, samples, split)
+        micro = micro_pass(step, settings, kwargs, samples, split)
         items = activation_bytes(micro, layers=shape.layers, hidden=shape.hidden, intermediate=inter,
                                  vocab=shape.vocab, dtype_bytes=dtype_bytes, backward=backward,
-                                 checkpointing=bool(role.get("gradient_checkpointing")),
-                                 value_head=role.kind in VALUE_HEADS, kv=kv, heads=shape.heads)
-        phases[f"{role.name}.{method}"] = items
-        if backward and (micro.rows < samples or kwargs.get("micro_batch_tokens") or role.get("micro_batch_tokens")):
-            accumulated.add(f"{role.name}.{method}")
+                                 checkpointing=getattr(settings, "gradient_checkpointing", False),
+                                 value_head=plan.kind in VALUE_HEADS, kv=kv, heads=shape.heads)
+        phases[f"{plan.name}.{method}"] = items
+        if backward and (micro.rows < samples or kwargs.get("micro_batch_tokens") or settings.micro_batch_tokens):
+            accumulated.add(f"{plan.name}.{method}")
     return phases, accumulated
 
 
@@ -464,30 +475,31 @@ class RoleNeed:
     budget: EngineBudget | None = None  # a paged engine's, where the device's memory is known
 
 
-def shares_devices(program: Program, role: Decl) -> bool:
+def shares_devices(plan: RolePlan, plans: dict[str, RolePlan]) -> bool:
     """Another role runs on this role's devices (colocated with it, or it with another)."""
-    root = root_of(program, role)
-    return any(other is not role and root_of(program, other) is root for other in program.roles.values())
+    root = _root(plan, plans)
+    return any(other is not plan and _root(other, plans) is root for other in plans.values())
 
 
-def role_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | None, step: StepShape,
-              capacity: int | None) -> RoleNeed:
-    """Bytes per device of one replica of `role`, resident and per call; and what could not be estimated."""
+def role_need(program: Program, plan: RolePlan, plans: dict[str, RolePlan], shape: ModelShape | None,
+              step: StepShape, capacity: int | None) -> RoleNeed:
+    """Bytes per device of one replica of the role `plan`, resident and per call (from its resolved settings;
+    `plans`: every role's, by name); and what could not be estimated."""
     need = RoleNeed()
-    dtype = role.get("dtype", "fp32")
-    b = DTYPE_BYTES[dtype]
+    settings, role = plan.settings, plan
+    b = DTYPE_BYTES[plan.dtype_label]
     P = shape.params if shape else None
-    shard = plan.replicas if _strategy(program, role) == "fsdp" else 1
+    shard = plan.replicas if _sharded(plan, plans) else 1
     if role.kind in TRAINED + FROZEN:
         if P is None:
             need.unknown.append("weights")
             return need
-        need.phases, accumulated = _call_phases(program, role, plan, shape, step, b)
+        need.phases, accumulated = _call_phases(plan, shape, step, b)
     if role.kind in TRAINED:
         trained = P  # parameters with grads and Adam state
         need.resident["params"] = _ceil_div(P * MASTER_BYTES, shard)
         if lora_rank(role):  # only the adapters train; the base is frozen
-            trained = adapter_params(shape, lora_rank(role), role["lora"].get("target_modules", "all-linear"))
+            trained = adapter_params(shape, lora_rank(role), settings.lora.target_modules)
             if trained is None:
                 need.unknown.append("adapters")
                 return need
@@ -504,7 +516,7 @@ def role_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | 
             need.phases[update] = backward_peak(need.phases.get(update, {}), grads=grads,
                                                 head_grads=_ceil_div(head * MASTER_BYTES, shard),
                                                 accumulated=update in accumulated, tied=bool(head) and shape.tied)
-            if role.get("optimizer_offload") and not role.get("param_offload"):
+            if settings.optimizer_offload and not settings.param_offload:
                 # the moments come back to the device for each optimizer step (workers/offload.py
                 # state_on_device), beside the gradients, once the backward has freed the activations: the
                 # update peaks at the larger
@@ -512,33 +524,27 @@ def role_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | 
                 if sum(step.values()) > sum(need.phases[update].values()):
                     need.phases[update] = step
     elif role.kind in FROZEN:
-        need.resident["params"] = 0 if shares_actor_base(program, role) else _ceil_div(P * b, shard)
+        need.resident["params"] = 0 if shares_actor_base(plan, plans) else _ceil_div(P * b, shard)
     elif role.kind in ("rollout", "judge"):  # a judge generates its verdicts as a rollout generates
-        _rollout_need(program, role, plan, shape, step, capacity, need)
+        _rollout_need(program, plan, plans, shape, step, capacity, need)
     return need
 
 
-def judge_step(program: Program, role: Decl, step: StepShape) -> StepShape:
+def judge_step(judge: JudgeSettings, step: StepShape) -> StepShape:
     """What a judge generates from: one prompt per sample of the step (batch x n), each its template around the
     sample's prompt, response and ground truth (counted as long as a response), one token per character of the
     template at most; and verdicts of its max_new_tokens."""
-    from rlgraph.contract.judge import template_text
-
-    try:
-        template = len(template_text(role.get("template") or "", Path(program.path).parent))
-    except OSError:  # reported by the judges pass
-        template = 0
     return replace(step, batch=(step.batch or 0) * step.n or None, n=1,
-                   prompt=step.prompt + 2 * step.response + template, response=role.get("max_new_tokens", 16))
+                   prompt=step.prompt + 2 * step.response + len(judge.template), response=judge.max_new_tokens)
 
 
-def _rollout_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShape | None, step: StepShape,
-                  capacity: int | None, need: RoleNeed) -> None:
-    dtype = role.get("dtype", "fp32")
-    generate = f"{role.name}.generate"
-    if role.kind == "judge":
-        step, generate = judge_step(program, role, step), f"{role.name}.score"
-    if shares_actor_weights(program, role):
+def _rollout_need(program: Program, plan: RolePlan, plans: dict[str, RolePlan], shape: ModelShape | None,
+                  step: StepShape, capacity: int | None, need: RoleNeed) -> None:
+    settings, dtype = plan.settings, plan.dtype_label
+    generate = f"{plan.name}.generate"
+    if plan.kind == "judge":
+        step, generate = judge_step(settings, step), f"{plan.name}.score"
+    if shares_actor_weights(plan, plans):
         need.resident["weights"] = 0
         weights = 0
     elif shape is None or shape.params is None:
@@ -552,8 +558,8 @@ def _rollout_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShap
             need.resident["weights"] = weights
         return
     sequences = _ceil_div((step.batch or 0) * step.n, max(plan.replicas, 1))
-    limit = role.get("max_sequences")
-    cpu_kv_cache = _engine(role).cpu_kv_cache if pool_device(program, role) == "cpu" else None
+    limit = settings.max_sequences
+    cpu_kv_cache = _engine(plan).cpu_kv_cache if pool_device(program, program.roles[plan.name]) == "cpu" else None
     if cpu_kv_cache is not None and weights is not None and shape.max_positions:
         # the KV cache the engine takes on CPU, by the same function it is sized with (rlgraph/contract/engines.py),
         # held for the whole run (vLLM's CPU build has no sleep mode)
@@ -561,14 +567,14 @@ def _rollout_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShap
             layers=shape.layers, kv_heads=shape.kv_heads, head_dim=shape.head_dim, dtype_bytes=DTYPE_BYTES[dtype],
             max_len=shape.max_positions, max_sequences=limit)})
         return
-    if _engine(role).paged and capacity is not None and weights is not None:
-        need.budget = EngineBudget(capacity, role.get("memory_fraction", 0.5), weights,
+    if _engine(plan).paged and capacity is not None and weights is not None:
+        need.budget = EngineBudget(capacity, settings.memory_fraction, weights,
                                    kv_cache_bytes(shape, prompt_length=step.prompt, new_tokens=step.response,
                                                   sequences=1, dtype=dtype, tp=plan.tp), step.length, sequences,
                                    limit)
         engine = {"weights": weights, "kv_pool": need.budget.kv_pool}  # the whole fraction, whatever the batch
         # released while the trainer runs (wake/sleep, verl's hybrid engine); a judge's engine stays
-        if shares_devices(program, role) and role.kind == "rollout":
+        if shares_devices(plan, plans) and plan.kind == "rollout":
             need.phases[generate] = engine
         else:
             need.resident.update(engine)
@@ -584,14 +590,14 @@ def _rollout_need(program: Program, role: Decl, plan: RolePlan, shape: ModelShap
         need.phases[generate] = {"kv_cache": kv}  # the batch it generates at once, freed after the call
 
 
-def _unknown_builtin(program: Program, model_name: str | None) -> Diagnostic | None:
+def _unknown_builtin(program: Program, model: ModelSettings | None) -> Diagnostic | None:
     """A `builtin:` path that names no built-in model (a typo such as `builtin:arith-gtp`): an error at the path."""
-    model = program.models.get(model_name) if model_name else None
-    path = (model.get("path") or "") if model else ""
+    path = (model.path or "") if model else ""
     if not path.startswith("builtin:") or path in BUILTIN_MODELS:
         return None
     hints = [hint for hint in (did_you_mean(path, BUILTIN_MODELS),) if hint]
-    return error("unknown-model", f"`{path}` is not a built-in model", model.span_of("path"), *hints,
+    return error("unknown-model", f"`{path}` is not a built-in model", program.models[model.name].span_of("path"),
+                 *hints,
                  "the built-in models: " + ", ".join(f"`{name}`" for name in BUILTIN_MODELS),
                  label="no such built-in model")
 
@@ -615,9 +621,9 @@ def _unknown_diagnostic(program: Program, role: Decl, model_name: str | None, wh
                    "or point `path` at a folder with config.json")
 
 
-def _engine_diagnostics(program: Program, role: Decl, budget: EngineBudget) -> list[Diagnostic]:
+def _engine_diagnostics(role: Decl, plan: RolePlan, budget: EngineBudget) -> list[Diagnostic]:
     where = role.span_of("memory_fraction")
-    engine = f"`{role.name}` ({role.get('engine')}, tp {role.get('tp', 1)})"
+    engine = f"`{role.name}` ({plan.settings.engine}, tp {plan.tp})"
     share = (f"memory_fraction {budget.fraction:g} of {format_bytes(budget.capacity)} = "
              f"{format_bytes(budget.reserved)}")
     fix = f"set `memory_fraction = {budget.fraction_needed:.2f}` or more (the weights and one sequence)"
@@ -640,42 +646,47 @@ def _engine_diagnostics(program: Program, role: Decl, budget: EngineBudget) -> l
                        f"in {waves} wave{'s' * (waves != 1)}", where)]
 
 
-def estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan],
-             placements: list[Placement]) -> tuple[list[MemoryRow], list[Diagnostic]]:
-    """One MemoryRow per device of every pool, and out-of-memory / engine / memory-unknown diagnostics."""
-    rows, peaks, diagnostics = _estimate(program, pools, roles, placements)
+def estimate(program: Program, step: StepShape, models: dict[str, ModelSettings | None], pools: list[PoolPlan],
+             roles: list[RolePlan], placements: list[Placement]) -> tuple[list[MemoryRow], list[Diagnostic]]:
+    """One MemoryRow per device of every pool, and out-of-memory / engine / memory-unknown diagnostics.
+    `step`: the step's shape (shape.step_shape, from the compiled graph and the resolved settings); `models`:
+    the models' settings (resolve.models_settings)."""
+    rows, peaks, diagnostics = _estimate(program, step, models, pools, roles, placements)
 
     def rows_at(longest: int) -> list[MemoryRow]:  # the estimate with a micro-batch's rows at most this long
-        return _estimate(program, pools, roles, placements, longest=longest)[0]
+        return _estimate(program, replace(step, longest=longest), models, pools, roles, placements)[0]
 
-    diagnostics += _check_fit(program, pools, rows, peaks, {r.name: r for r in roles}, rows_at)
+    diagnostics += _check_fit(program, step, models, pools, rows, peaks, {r.name: r for r in roles}, rows_at)
     return rows, diagnostics
 
 
-def _estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan], placements: list[Placement],
-              longest: int | None = None):
+def _estimate(program: Program, step: StepShape, models: dict[str, ModelSettings | None], pools: list[PoolPlan],
+              roles: list[RolePlan], placements: list[Placement]):
     diagnostics: list[Diagnostic] = []
     base = Path(program.path).parent
     shapes: dict[str, ModelShape] = {}
-    step = replace(step_shape(program), longest=longest)
     capacity = {p.name: p.device_memory_bytes for p in pools}
     needs: dict[str, RoleNeed] = {}
     host_items: dict[str, tuple[str, ...]] = {}
     warned: set[tuple[str, str]] = set()
     placed_pool = {p.role: p.pool for p in placements}
+    plans = {r.name: r for r in roles}
     for plan in roles:
         role = program.roles[plan.name]
+        if plan.settings is None:  # a value its settings read is wrong (reported): nothing to estimate it from
+            continue
         model_name = plan.model
-        if model_name in program.models and model_name not in shapes:
-            shapes[model_name] = model_shape(program.models[model_name], base)
-            partial = _partial_experts(program.models[model_name])
+        model = model_of_settings(models, model_name)  # InvalidValue: a wrong value in it (reported)
+        if model is not None and model_name not in shapes:
+            shapes[model_name] = model_shape(model, base)
+            partial = _partial_experts(model, program.models[model_name])
             if partial is not None:
                 diagnostics.append(partial)
-        need = role_need(program, role, plan, shapes.get(model_name), step, capacity.get(placed_pool.get(plan.name)))
-        needs[plan.name], host_items[plan.name] = need, offloaded_items(role)
+        need = role_need(program, plan, plans, shapes.get(model_name), step, capacity.get(placed_pool.get(plan.name)))
+        needs[plan.name], host_items[plan.name] = need, offloaded_items(plan)
         if need.budget is not None:
-            diagnostics += _engine_diagnostics(program, role, need.budget)
-        misnamed = _unknown_builtin(program, model_name)
+            diagnostics += _engine_diagnostics(role, plan, need.budget)
+        misnamed = _unknown_builtin(program, model)
         if misnamed is not None:  # not "add params = 7B": the name is wrong
             if (model_name, "builtin") not in warned:
                 warned.add((model_name, "builtin"))
@@ -727,10 +738,11 @@ def _estimate(program: Program, pools: list[PoolPlan], roles: list[RolePlan], pl
     return list(rows.values()), peaks, diagnostics
 
 
-def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], peaks: dict,
+def _check_fit(program: Program, step: StepShape, models: dict[str, ModelSettings | None], pools: list[PoolPlan],
+               rows: list[MemoryRow], peaks: dict,
                roles: dict[str, RolePlan], rows_at: Callable[[int], list[MemoryRow]]) -> list[Diagnostic]:
     out = []
-    length = step_shape(program).length
+    length = step.length
     for pool in pools:
         capacity = pool.device_memory_bytes
         if capacity is None:
@@ -746,7 +758,7 @@ def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], p
 
         longest = _longest_that_fits(holds, length) if length > 1 and holds(1) else 0
         if longest >= FULL_LENGTH_SHARE * length:  # only the working memory of long rows does not fit: a worst case
-            out.append(_full_length_warning(program, pool, worst, length, longest))
+            out.append(_full_length_warning(program, step, models, pool, worst, length, longest))
             continue
         items = sorted(worst.breakdown.items(), key=lambda kv: -kv[1])
         terms = " + ".join(f"{k} {format_bytes(v)}" for k, v in items if v)
@@ -761,7 +773,7 @@ def _check_fit(program: Program, pools: list[PoolPlan], rows: list[MemoryRow], p
         cause, top_role = first_cause(program, worst, capacity, roles)
         role = program.roles.get(top_role)
         total = pool.nodes * pool.devices_per_node
-        fixes = verified_fixes(program, pool.name, fit_test(program))
+        fixes = verified_fixes(program, pool.name, fit_test(program, step, models), step)
         short = (f"; at full length ({length:,} tokens) it holds micro-batches whose longest row is up to "
                  f"{longest:,} tokens, under {FULL_LENGTH_SHARE:.0%} of it" if longest else "")
         out.append(error(
@@ -828,14 +840,15 @@ def _longest_that_fits(holds: Callable[[int], bool], length: int) -> int:
     return low
 
 
-def _full_length_warning(program: Program, pool: PoolPlan, worst: MemoryRow, length: int, longest: int) -> Diagnostic:
+def _full_length_warning(program: Program, step: StepShape, models: dict[str, ModelSettings | None], pool: PoolPlan,
+                         worst: MemoryRow, length: int,
+                         longest: int) -> Diagnostic:
     """Only the working memory that grows with the rows' lengths does not fit: the micro-batches counted in rows
     (their activations and logits), at rows of full length. Real rows are mostly
     shorter (verl runs such launches), so this is a warning, with the length that fits and the fixes that
     bound the working memory whatever the lengths."""
-    step = step_shape(program)
     capacity = pool.device_memory_bytes
-    fixes = verified_fixes(program, pool.name, fit_test(program))
+    fixes = verified_fixes(program, pool.name, fit_test(program, step, models), step)
     return warning(
         "memory-at-full-length",
         f"with every row at full length ({step.prompt:,} prompt + {step.response:,} response = {length:,} tokens) "
@@ -852,10 +865,13 @@ def _full_length_warning(program: Program, pool: PoolPlan, worst: MemoryRow, len
         label=f"rows up to {longest:,} tokens fit")
 
 
-def fit_test(program: Program) -> Callable[[Program, str], bool]:
+def fit_test(program: Program, step: StepShape,
+             models: dict[str, ModelSettings | None]) -> Callable[[Program, str], bool]:
     """The test a change to `program` must pass to be offered as a fix of `pool`: the pool's devices hold the
     estimate (engines included), and the compiler's checks find no error the spec did not have already (more
-    devices change the samples each replica gets, which a micro-batch must divide)."""
+    devices change the samples each replica gets, which a micro-batch must divide). `step` is the shape of
+    `program`'s step and of every change's: a change sets role and pool keys, none of which it is made of;
+    `models` likewise: the models' settings, which no change edits."""
     from rlgraph.compiler import run_check
     from rlgraph.compiler.build import build_graph
     from rlgraph.compiler.passes import PASSES
@@ -866,15 +882,15 @@ def fit_test(program: Program) -> Callable[[Program, str], bool]:
         return {(d.code, d.message) for d in found if d.is_error}
 
     before = errors(program)
-    return lambda changed, pool: _fits(changed, pool) and errors(changed) <= before
+    return lambda changed, pool: _fits(changed, pool, step, models) and errors(changed) <= before
 
 
-def _fits(program: Program, pool: str) -> bool:
+def _fits(program: Program, pool: str, step: StepShape, models: dict[str, ModelSettings | None]) -> bool:
     """Whether `pool`'s devices hold the estimate of `program`, engines included."""
     pools, roles, placements, placed = place(program)
     if any(d.is_error for d in placed):
         return False
-    rows, _, diagnostics = _estimate(program, pools, roles, placements)
+    rows, _, diagnostics = _estimate(program, step, models, pools, roles, placements)
     if any(d.code == "engine-memory" for d in diagnostics):
         return False
     return all(r.estimated_bytes <= r.capacity_bytes for r in rows if r.pool == pool and r.capacity_bytes)

@@ -11,10 +11,10 @@ import dataclasses
 import itertools
 from collections.abc import Callable
 
-from rlgraph.compiler.topology import root_of
 from rlgraph.contract.engines import engine_facts
 from rlgraph.plan.model import MemoryRow, RolePlan
-from rlgraph.plan.shape import step_shape
+from rlgraph.plan.placement import place
+from rlgraph.plan.shape import StepShape
 from rlgraph.plan.view import format_bytes
 from rlgraph.spec.program import Program
 
@@ -39,9 +39,10 @@ def first_cause(program: Program, row: MemoryRow, capacity: int, roles: dict[str
         # weights that train (the adapters of a LoRA actor)
         grads = state.get("grads", state.get("adapters", state.get("params", 0)))
         size = sum(state.values()) + (grads if "grads" not in state else 0)
-        sharded = role.get("strategy", "ddp") == "fsdp" and plan is not None and plan.replicas > 1
+        settings = plan.settings if plan is not None else None
+        sharded = getattr(settings, "strategy", None) == "fsdp" and plan.replicas > 1
         over = f", more than the device's {format_bytes(capacity)}" if size > capacity else ""
-        if (role.get("lora") or {}).get("rank"):
+        if getattr(settings, "lora", None) is not None:  # LoraSettings only for a rank > 0
             what = f"`{name}`'s frozen weights and its adapters' training state are {format_bytes(size)} a device"
         else:
             what = (f"`{name}`'s training state alone is 16 bytes per parameter (4 fp32 weights + 4 grads + 8 AdamW) "
@@ -51,8 +52,8 @@ def first_cause(program: Program, row: MemoryRow, capacity: int, roles: dict[str
         if rest:
             what += "; with " + " and ".join(f"{k} {format_bytes(v)}" for k, v in rest.items())
         return what + over, name
-    if role is not None and role.kind == "rollout" and "kv_pool" in items:
-        return (f"`{name}` ({role.get('engine')}) takes memory_fraction {role.get('memory_fraction', 0.5):g} of the "
+    if role is not None and role.kind == "rollout" and "kv_pool" in items and plan is not None and plan.settings:
+        return (f"`{name}` ({plan.settings.engine}) takes memory_fraction {plan.settings.memory_fraction:g} of the "
                 f"device: {format_bytes(total)} for its weights and KV pool{over}"), name
     parts = " + ".join(f"{k} {format_bytes(v)}" for k, v in sorted(items.items(), key=lambda kv: -kv[1]) if v)
     return f"`{name}` holds the most: {parts}{over}", name
@@ -65,62 +66,67 @@ class Change:
     cost: int  # cheaper first among changes of as many settings
 
 
-def _candidates(program: Program, pool: str) -> list[Change]:
-    roles = [r for r in program.roles.values() if _pool_of(program, r) == pool]
-    decl = program.pools[pool]
+def _candidates(program: Program, pool: str, step: StepShape) -> list[Change]:
+    """The changes to try on `pool`, from the settings its roles resolve to (a role whose settings did not
+    resolve, a wrong value reported by the compiler, is offered none)."""
+    pool_plans, role_plans, _, _ = place(program)
+    plans = {r.name: r for r in role_plans}
+    roles = [plans[name] for name in program.roles  # in the spec's order: the order of equal-cost fixes
+             if name in plans and _root(plans[name], plans).pool == pool and plans[name].settings is not None]
+    decl = next(p for p in pool_plans if p.name == pool)
     out: list[Change] = []
     for role in roles:
-        n = role.name
+        n, s = role.name, role.settings
         if role.kind in TRAINED + ("ref", "reward_model"):
-            out += _token_budgets(program, role)
+            out += _token_budgets(step, role)
         if role.kind in TRAINED:
-            micro = role.get("micro_batch")
+            micro = s.micro_batch
             if micro and micro > 1:
                 for smaller in sorted({max(1, micro // 4), max(1, micro // 2)}, reverse=True):
                     out.append(Change(f"`micro_batch = {smaller}` on `{n}`", (("role", n, "micro_batch", smaller),), 0))
-            if not role.get("gradient_checkpointing"):
+            if not s.gradient_checkpointing:
                 out.append(Change(f"`gradient_checkpointing = true` on `{n}`",
                                   (("role", n, "gradient_checkpointing", True),), 1))
-            replicas = _dp(program, role)
-            if role.get("strategy", "ddp") == "ddp" and replicas > 1:
+            replicas = _dp(role, plans)
+            if s.strategy == "ddp" and replicas > 1:
                 out.append(Change(f"`strategy = fsdp` on `{n}` (its state divided over {replicas} devices)",
                                   (("role", n, "strategy", "fsdp"),), 3))
-            if not role.get("optimizer_offload") and not role.get("param_offload"):
+            if not s.optimizer_offload and not s.param_offload:
                 out.append(Change(f"`optimizer_offload = true` on `{n}` (AdamW's 8 bytes a parameter on the host)",
                                   (("role", n, "optimizer_offload", True),), 4))
-            if not role.get("param_offload") and replicas > 1:
-                fsdp = () if role.get("strategy") == "fsdp" else (("role", n, "strategy", "fsdp"),)
+            if not s.param_offload and replicas > 1:
+                fsdp = () if s.strategy == "fsdp" else (("role", n, "strategy", "fsdp"),)
                 out.append(Change(f"`param_offload = true`{' and `strategy = fsdp`' * bool(fsdp)} on `{n}`",
                                   fsdp + (("role", n, "param_offload", True),), 5))
-        elif role.kind == "rollout" and engine_facts(role.get("engine")).paged:
-            fraction = role.get("memory_fraction", 0.5)
+        elif role.kind == "rollout" and engine_facts(s.engine).paged:
+            fraction = s.memory_fraction
             for lower in (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2):
                 if lower < fraction:
                     out.append(Change(f"`memory_fraction = {lower}` on `{n}`", (("role", n, "memory_fraction", lower),),
                                       0))
         elif role.kind == "rollout":  # hf: the KV cache of the sequences it generates at once
-            out += _generation_limits(program, role)
+            out += _generation_limits(step, role, plans)
         elif role.kind in ("ref", "reward_model"):
-            if role.get("dtype", "fp32") == "fp32":
+            if role.dtype_label == "fp32":
                 out.append(Change(f"`dtype = bf16` on `{n}`", (("role", n, "dtype", "bf16"),), 2))
-            if role.kind == "ref" and not role.get("param_offload"):
+            if role.kind == "ref" and not s.param_offload:
                 out.append(Change(f"`param_offload = true` on `{n}`", (("role", n, "param_offload", True),), 4))
-    nodes, per_node = decl.get("nodes", 1), decl.get("devices_per_node", 1)
+    nodes, per_node = decl.nodes, decl.devices_per_node
     for times in (2, 4, 8):  # the fewest devices that fit; replicas grow with them
         grow = ("devices_per_node", per_node * times) if per_node * times <= 8 else ("nodes", nodes * times)
-        edits = (("pool", pool) + grow,) + tuple(("role", r.name, "replicas", times * r.get("replicas", 1))
-                                                for r in roles if r.get("pool") == pool)
+        edits = (("pool", pool) + grow,) + tuple(("role", r.name, "replicas", times * r.replicas)
+                                                for r in roles if r.pool == pool)
         out.append(Change(f"`{grow[0]} = {grow[1]}` on pool `{pool}` ({times} times the devices and replicas)",
                           edits, 6))
     return out
 
 
-def _token_budgets(program: Program, role) -> list[Change]:
+def _token_budgets(step: StepShape, role: RolePlan) -> list[Change]:
     """Token budgets (verl's use_dynamic_bsz) of a few rows of full length each, largest first: they bound a
     micro-batch's working memory whatever the rows' lengths. One replaces the role's micro_batch."""
 
-    length = step_shape(program).length
-    budget, micro = role.get("micro_batch_tokens"), role.get("micro_batch")
+    length = step.length
+    budget, micro = role.settings.micro_batch_tokens, role.settings.micro_batch
     below = budget if budget else length * (micro or 10**6)
     instead = f"; instead of `micro_batch = {micro}`" if micro and not budget else ""
     unset = (("role", role.name, "micro_batch", None),) if micro and not budget else ()
@@ -130,13 +136,12 @@ def _token_budgets(program: Program, role) -> list[Change]:
             for rows in (64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1) if rows * length < below]
 
 
-def _generation_limits(program: Program, role) -> list[Change]:
+def _generation_limits(step: StepShape, role: RolePlan, plans: dict[str, RolePlan]) -> list[Change]:
     """Scheduler limits for an hf rollout (`max_sequences`: the batch generated in chunks), largest first: its
     KV cache is that of one chunk. Each chunk is a pass of its own, so a smaller one costs generation time."""
 
-    step = step_shape(program)
-    at_once = -(-(step.batch or 0) * step.n // max(_dp(program, role), 1))
-    limit = role.get("max_sequences") or at_once
+    at_once = -(-(step.batch or 0) * step.n // max(_dp(role, plans), 1))
+    limit = role.settings.max_sequences or at_once
     out, size = [], at_once // 2
     while size >= 1:
         if size < limit:
@@ -146,14 +151,16 @@ def _generation_limits(program: Program, role) -> list[Change]:
     return out
 
 
-def verified_fixes(program: Program, pool: str, fits: Callable[[Program, str], bool]) -> list[str]:
+def verified_fixes(program: Program, pool: str, fits: Callable[[Program, str], bool], step: StepShape) -> list[str]:
     """Changes that make `pool` fit when the estimate is run again on them, smallest first."""
-    return [f"fits with {change.text}" for change in verified_changes(program, pool, fits)]
+    return [f"fits with {change.text}" for change in verified_changes(program, pool, fits, step)]
 
 
-def verified_changes(program: Program, pool: str, fits: Callable[[Program, str], bool]) -> list[Change]:
-    """verified_fixes as Changes, whose edits `rlgraph plan --fit` writes into the spec."""
-    candidates = _candidates(program, pool)
+def verified_changes(program: Program, pool: str, fits: Callable[[Program, str], bool],
+                     step: StepShape) -> list[Change]:
+    """verified_fixes as Changes, whose edits `rlgraph plan --fit` writes into the spec (`step`: the step's
+    shape, shape.step_shape)."""
+    candidates = _candidates(program, pool, step)
     found: list[Change] = []
     seen_roles_keys: set[tuple] = set()
     for change in sorted(candidates, key=lambda c: c.cost):
@@ -185,11 +192,12 @@ def _apply(program: Program, edits) -> Program:
     return dataclasses.replace(program, roles=roles, pools=pools)
 
 
-def _pool_of(program: Program, role) -> str | None:
-    return root_of(program, role).get("pool")
+def _root(role: RolePlan, plans: dict[str, RolePlan]) -> RolePlan:
+    """The role whose devices `role` runs on (itself when it has a pool of its own)."""
+    return plans.get(role.colocate, role) if role.colocate else role
 
 
-def _dp(program: Program, role) -> int:
-    """The data-parallel size a role's state would be sharded over: its root's devices over tp."""
-    root = root_of(program, role)
-    return root.get("replicas", 1) * (root.get("tp", 1) if root.kind == "rollout" else 1)
+def _dp(role: RolePlan, plans: dict[str, RolePlan]) -> int:
+    """The data-parallel size a role's state would be sharded over: its root's devices (replicas x tp)."""
+    root = _root(role, plans)
+    return root.replicas * root.tp

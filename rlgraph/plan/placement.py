@@ -23,30 +23,35 @@ from dataclasses import dataclass, field
 
 from rlgraph.compiler.topology import dp_size, model_of, root_of, sequence_parallel_of, tp_of
 from rlgraph.contract.engines import engine_facts
+from rlgraph.contract.settings import PoolSettings
 from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.plan.model import Placement, PoolPlan, RolePlan
-from rlgraph.plan.resolve import role_settings
-from rlgraph.spec.program import Decl, Program
+from rlgraph.plan.resolve import pool_settings, role_settings
+from rlgraph.spec.program import Decl, InvalidValue, Program
 
 _SEARCH_STEPS = 64  # how far past its lower bound a hint's search for nodes / devices per node goes
+# the size a PoolPlan shows for a pool that misses its required `nodes` or `devices_per_node` (reported by the
+# compiler): not a default, as nothing is placed on such a pool (it has no _Pool) and the plan never runs
+_UNSIZED = 1
 
 
 @dataclass
 class _Pool:
     """Free space on one pool while its roots are placed: devices handed out so far per node."""
 
-    decl: Decl
+    decl: Decl  # for its name and where its keys are written
+    settings: PoolSettings
     used: list[int]
-    holders: dict[str, int] = field(default_factory=dict)  # root role -> devices it holds here
+    holders: dict[str, tuple[int, int]] = field(default_factory=dict)  # root role -> its (tp, replicas) here
     full: int = 0  # every node before this one is full
 
     @property
     def nodes(self) -> int:
-        return self.decl["nodes"]
+        return self.settings.nodes
 
     @property
     def per_node(self) -> int:
-        return self.decl["devices_per_node"]
+        return self.settings.devices_per_node
 
     def take(self, tp: int) -> tuple[int, int] | None:
         """(node, first device) of `tp` free consecutive devices, first fit, or None."""
@@ -119,18 +124,19 @@ def _settings(program: Program, role: Decl, root: Decl):
     """The role's resolved settings; None when a value was rejected (the spec has errors, nothing runs)."""
     try:
         return role_settings(program, role, root)
-    except (KeyError, TypeError, ValueError):
+    except InvalidValue:
         return None
 
 
-def _out_of_devices(role: Decl, pool: _Pool, earlier: list[tuple[int, int]], replica: int) -> Diagnostic:
+def _out_of_devices(role: Decl, plan: RolePlan, pool: _Pool, earlier: list[tuple[int, int]],
+                    replica: int) -> Diagnostic:
     """The role's replica `replica` found no node with tp free devices: say where and what to change."""
-    tp, replicas, name = tp_of(role), role.get("replicas", 1), pool.decl.name
+    tp, replicas, name = plan.tp, role["replicas"], pool.decl.name
     total = pool.nodes * pool.per_node
     mine = earlier + [(tp, replicas)]
     need_total = sum(t * r for t, r in mine)
     alone = _fits(pool.nodes, pool.per_node, [(tp, replicas)])
-    held = ", ".join(f"`{r}` holds {n}" for r, n in pool.holders.items())
+    held = ", ".join(f"`{r}` holds {t * n}" for r, (t, n) in pool.holders.items())
     last = pool.nodes - 1
     free = [pool.per_node - u for u in pool.used]
     where = (f"pool `{name}` runs out of devices on node {last}"
@@ -162,8 +168,12 @@ def _out_of_devices(role: Decl, pool: _Pool, earlier: list[tuple[int, int]], rep
                  label=f"{replicas * tp} devices", notes=notes)
 
 
-def _place_root(program: Program, role: Decl, pool: _Pool, diagnostics: list[Diagnostic]) -> list[Placement]:
-    tp, replicas = tp_of(role), role.get("replicas", 1)
+def _place_root(role: Decl, plans: dict[str, RolePlan], pool: _Pool,
+                diagnostics: list[Diagnostic]) -> list[Placement]:
+    plan = plans[role.name]
+    # the replicas it says (the schema fills in 1): the same as plan.replicas, but for a role that also sets
+    # `colocate` (an error, reported), whose plan follows the colocation while its pool must fit what it wrote
+    tp, replicas = plan.tp, role["replicas"]
     if tp > pool.per_node:
         diagnostics.append(error(
             "placement",
@@ -179,30 +189,30 @@ def _place_root(program: Program, role: Decl, pool: _Pool, diagnostics: list[Dia
                     pool.decl.span_of("devices_per_node"))]))
         return []
     saved = list(pool.used)
-    earlier = _demands(program, pool)
+    earlier = _demands(pool)
     placements = []
     for replica in range(replicas):
         spot = pool.take(tp)
         if spot is None:
             pool.used, pool.full = saved, 0  # the role is left out whole: later roles see the pool as it was
-            diagnostics.append(_out_of_devices(role, pool, earlier, replica))
+            diagnostics.append(_out_of_devices(role, plan, pool, earlier, replica))
             return []
         node, first = spot
         placements.append(Placement(role.name, replica, pool.decl.name, node, first,
                                     list(range(first, first + tp)), f"{role.name}/{replica}"))
-    pool.holders[role.name] = replicas * tp
+    pool.holders[role.name] = (tp, replicas)
     return placements
 
 
-def _demands(program: Program, pool: _Pool) -> list[tuple[int, int]]:
+def _demands(pool: _Pool) -> list[tuple[int, int]]:
     """(tp, replicas) of every root already placed on the pool, in placement order."""
-    return [(tp_of(program.roles[name]), program.roles[name].get("replicas", 1)) for name in pool.holders]
+    return list(pool.holders.values())
 
 
-def _place_colocated(program: Program, role: Decl, root: Decl, root_placements: list[Placement],
+def _place_colocated(role: Decl, plan: RolePlan, root: Decl, root_placements: list[Placement],
                      diagnostics: list[Diagnostic]) -> list[Placement]:
     devices = [(p, d) for p in root_placements for d in p.devices]  # root replica order, then device order
-    tp = tp_of(role)
+    tp = plan.tp
     if len(devices) % tp:
         diagnostics.append(error(
             "placement",
@@ -239,7 +249,7 @@ def _engine_check(program: Program, role: Decl, pools: dict[str, _Pool]) -> list
     pool = pools.get(root_of(program, role).get("pool"))
     if facts is None or pool is None:
         return []
-    device = pool.decl.get("device", "cpu")
+    device = pool.settings.device
     if device in facts.devices:
         return []
     runs_on = " or ".join(f"{d.upper()}s" for d in facts.devices)
@@ -254,24 +264,26 @@ def _engine_check(program: Program, role: Decl, pools: dict[str, _Pool]) -> list
 def place(program: Program) -> tuple[list[PoolPlan], list[RolePlan], list[Placement], list[Diagnostic]]:
     """Pools, roles and one Placement per role replica, plus the placement diagnostics."""
     diagnostics: list[Diagnostic] = []
-    pool_plans = [PoolPlan(p.name, p.get("nodes", 1), p.get("devices_per_node", 1), p.get("device", "cpu"),
-                           p.get("memory")) for p in program.pools.values()]
-    pools = {p.name: _Pool(p, [0] * p.get("nodes", 1)) for p in program.pools.values()
-             if p.get("nodes") and p.get("devices_per_node")}
+    settings = [pool_settings(p) for p in program.pools.values()]  # resolved once: InvalidValue where one is wrong
+    pool_plans = [PoolPlan(p.name, p.nodes or _UNSIZED, p.devices_per_node or _UNSIZED, p.device, p.memory)
+                  for p in settings]
+    pools = {p.name: _Pool(program.pools[p.name], p, [0] * p.nodes) for p in settings
+             if p.nodes and p.devices_per_node}
     roles = [r for r in program.roles.values() if r.kind is not None]
+    plans = {r.name: _role_plan(program, r) for r in roles}
     by_role: dict[str, list[Placement]] = {}
     for role in roles:  # roots first: colocated roles need their root's devices
         pool = pools.get(role.get("pool"))
         if pool is not None:
-            by_role[role.name] = _place_root(program, role, pool, diagnostics)
+            by_role[role.name] = _place_root(role, plans, pool, diagnostics)
     for role in roles:
         if role.get("pool") is not None or role.get("colocate") is None:
             continue
         root = root_of(program, role)
         if root is role or root.get("colocate") is not None or not by_role.get(root.name):
             continue  # broken chain or unplaced root: reported by resolve or above
-        by_role[role.name] = _place_colocated(program, role, root, by_role[root.name], diagnostics)
+        by_role[role.name] = _place_colocated(role, plans[role.name], root, by_role[root.name], diagnostics)
     for role in roles:
         diagnostics += _engine_check(program, role, pools)
     placements = [p for role in roles for p in by_role.get(role.name, [])]
-    return pool_plans, [_role_plan(program, r) for r in roles], placements, diagnostics
+    return pool_plans, list(plans.values()), placements, diagnostics

@@ -8,13 +8,14 @@ the Plan restates a default.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Callable
 
 from rlgraph.compiler.graph import CallNode
 from rlgraph.contract import settings as s
 from rlgraph.contract.methods import call_settings_class
-from rlgraph.spec.program import Decl, Program
+from rlgraph.spec.program import Decl, InvalidValue, Program
 from rlgraph.spec.schema import BLOCKS
 
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # spec name -> torch name
@@ -23,7 +24,7 @@ TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # spe
 def role_settings(program: Program, role: Decl, root: Decl) -> Any:
     """The settings of `role` (root: the role whose processes it shares, itself if none)."""
     v = role.values
-    dtype = TORCH_DTYPES[v.get("dtype") or "fp32"]
+    dtype = TORCH_DTYPES[v["dtype"]]
     if role.kind == "actor":
         return s.ActorSettings(dtype, v["strategy"], v.get("micro_batch"), v.get("micro_batch_tokens"),
                                v["entropy_coeff"], _optim(program, v),
@@ -38,12 +39,12 @@ def role_settings(program: Program, role: Decl, root: Decl) -> Any:
     if role.kind == "ref":
         # a frozen role is sharded like the trained role it is colocated with (as the memory model counts it)
         trained_root = root is not role and root.kind in ("actor", "critic")
-        strategy = (root.values.get("strategy") or "ddp") if trained_root else "ddp"
+        strategy = root.values["strategy"] if trained_root else "ddp"  # ddp: whole, not sharded
         return s.RefSettings(dtype, strategy, v.get("micro_batch"), v.get("micro_batch_tokens"),
                              param_offload=v["param_offload"], remove_padding=v["remove_padding"])
     if role.kind == "reward_model":
         return s.RewardModelSettings(dtype, v.get("micro_batch"), v.get("micro_batch_tokens"),
-                                     bool(v.get("retokenize", False)), remove_padding=v["remove_padding"])
+                                     v["retokenize"], remove_padding=v["remove_padding"])
     if role.kind == "judge":  # the template's text itself, so plan.json holds what the judge is asked
         from rlgraph.contract.judge import template_text
 
@@ -55,6 +56,41 @@ def role_settings(program: Program, role: Decl, root: Decl) -> Any:
         return s.RolloutSettings(v["engine"], v["n"], v["temperature"], v["top_p"], v["top_k"], v["max_new_tokens"],
                                  v["tp"], v["memory_fraction"], v.get("max_sequences"), dtype, _val(program, v))
     raise ValueError(f"no settings for role kind {role.kind!r}")
+
+
+def model_settings(model: Decl) -> s.ModelSettings:
+    """A model block's settings; InvalidValue where it wrote a value wrongly (reported as `wrong-type`)."""
+    v = model.values
+    return s.ModelSettings(model.name, **{f.name: v.get(f.name) for f in dataclasses.fields(s.ModelSettings)
+                                          if f.name != "name"})
+
+
+def models_settings(program: Program) -> dict[str, s.ModelSettings | None]:
+    """Every model's settings, by name; None for a model with a wrongly written value (reported): a plan step
+    that reads it is skipped (`model_of`), as a read of the value itself was."""
+    out: dict[str, s.ModelSettings | None] = {}
+    for name, decl in program.models.items():
+        try:
+            out[name] = model_settings(decl)
+        except InvalidValue:
+            out[name] = None
+    return out
+
+
+def model_of_settings(models: dict[str, s.ModelSettings | None], name: str | None) -> s.ModelSettings | None:
+    """The settings of model `name`; None when it is not declared (or no name); InvalidValue when its block has
+    a wrong value (reported): the step that needs the model is skipped, not computed without it."""
+    if name is None or name not in models:
+        return None
+    if models[name] is None:
+        raise InvalidValue(name)
+    return models[name]
+
+
+def pool_settings(pool: Decl) -> s.PoolSettings:
+    """A pool block's settings; InvalidValue where it wrote a value wrongly (reported as `wrong-type`)."""
+    v = pool.values
+    return s.PoolSettings(pool.name, v.get("nodes"), v.get("devices_per_node"), v["device"], v.get("memory"))
 
 
 def _optim(program: Program, values: dict[str, Any]) -> s.OptimSettings:
@@ -80,7 +116,8 @@ def planned_steps(program: Program) -> int | None:
 def _val(program: Program, v: dict[str, Any]) -> s.ValSettings:
     """The rollout's `val { ... }` with train.val_samples folded in (the compiler rejects both at once)."""
     val = v["val"]
-    samples = program.train.get("val_samples", 1) if program.train is not None else 1
+    samples = program.train["val_samples"] if program.train is not None else \
+        BLOCKS["train"].keys["val_samples"].default
     n = val["n"] if val.get("n") is not None else samples
     temperature = val["temperature"] if val.get("temperature") is not None else 0.0 if n == 1 else v["temperature"]
     return s.ValSettings(n, temperature, val["top_p"] if val.get("top_p") is not None else v["top_p"],
@@ -104,6 +141,8 @@ def call_settings(call: CallNode, roles: dict[str, Any], replicas: dict[str, int
     kw = call.kwargs
     cls = call_settings_class(call.kind, call.target, call.role_kind, call.method)
     if cls is s.OverlongPenaltySettings:  # the length it penalises towards is the trained generate's
+        if rollout is None:  # no trained generate call, or its settings did not resolve: errors reported
+            return None
         return s.OverlongPenaltySettings(kw["buffer"], kw["penalty_factor"], rollout.max_new_tokens)
     if cls is s.UserFunctionSettings:  # a declared transform; its args with the call's overrides
         return user_function_settings(call.user, kw)
@@ -160,13 +199,17 @@ def user_function_settings(function: Any, args: dict[str, Any]) -> s.UserFunctio
                                   tuple(function.outputs), dict(args))
 
 
-def generate_settings(call: CallNode, role: s.RolloutSettings, envs: dict[str, s.EnvSettings]) -> s.GenerateSettings:
+def generate_settings(call: CallNode, role: s.RolloutSettings | None,
+                      envs: dict[str, s.EnvSettings]) -> s.GenerateSettings | None:
     """A generate call's sampling: its own `n` and `temperature` where it gives them, else its rollout's; and the
-    environment it runs episodes with (`env = NAME`), if any."""
+    environment it runs episodes with (`env = NAME`), if any. None when its rollout's settings or its
+    environment's did not resolve, or it names no declared environment: each an error the compiler reported."""
     kw = call.kwargs
+    if role is None or (kw.get("env") is not None and kw["env"] not in envs):
+        return None
     n = kw["n"] if kw.get("n") is not None else role.n
     temperature = kw["temperature"] if kw.get("temperature") is not None else role.temperature
-    env = envs[kw["env"]] if kw.get("env") is not None else None  # an undeclared one is an error: no settings
+    env = envs[kw["env"]] if kw.get("env") is not None else None
     return s.GenerateSettings(n, temperature, role.top_p, role.top_k, role.max_new_tokens,
                               keep_log_probs=len(call.outputs) > 1, max_sequences=role.max_sequences, env=env)
 

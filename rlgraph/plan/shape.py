@@ -1,22 +1,23 @@
 """The step's shape as the memory estimate and its advice read it: prompts per step, samples per prompt, the
-lengths, and each role's calls with the arguments the spec writes (checked as the compiler checks them).
+lengths, and each role's calls with their arguments as the compiler checked them (the step graph's).
 
 Its own module because both the estimate (memory.py) and the advice (memory_advice.py) read it, and the advice
-is imported by the estimate. Unset values are the schema's defaults (filled in by the compiler); a block the
-spec lacks (an error reported elsewhere) reads the schema's default too, never a number restated here.
+is imported by the estimate. Built from the compiled graph and the resolved settings (the roles', the data's),
+never from the parse tree; a data block the spec lacks (an error reported elsewhere) reads the schema's
+defaults, never a number restated here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlgraph.compiler.build import argument_value
-from rlgraph.compiler.builtins import ROLE_METHODS
-from rlgraph.spec.program import Program, Values
-from rlgraph.spec.schema import BLOCKS, ROLE_KEYS, TypeMismatch
+from rlgraph.compiler.graph import StepGraph
+from rlgraph.contract.settings import DataSettings
+from rlgraph.plan.model import RolePlan
+from rlgraph.spec.program import InvalidValue
+from rlgraph.spec.schema import BLOCKS
 
 _MAX_PROMPT_LENGTH = BLOCKS["data"].keys["max_prompt_length"].default
-_MAX_NEW_TOKENS = ROLE_KEYS["rollout"]["max_new_tokens"].default
 _MAX_RESPONSE_LENGTH = BLOCKS["data"].keys["max_response_length"].default
 
 
@@ -28,7 +29,7 @@ class StepShape:
     n: int  # samples per prompt of the trained generate call
     prompt: int  # max_prompt_length
     response: int  # max_new_tokens of that call's rollout
-    calls: dict[str, list[tuple[str, dict]]]  # role name -> [(method, the call's own arguments)]
+    calls: dict[str, list[tuple[str, dict]]]  # role name -> [(method, the call's checked arguments)]
     # the longest row of a micro-batch counted in rows, when shorter than the full length (the worst case)
     longest: int | None = None
 
@@ -42,38 +43,27 @@ class StepShape:
         return min(self.longest, self.length) if self.longest else self.length
 
 
-def step_shape(program: Program) -> StepShape:
+def step_shape(graph: StepGraph | None, roles: list[RolePlan], data: DataSettings | None) -> StepShape:
+    """The shape of the step of `graph`. `roles`: the placed roles, in the spec's order, with their resolved
+    settings; `data`: the data block's settings (None: the spec has none).
+
+    An argument the spec wrote wrongly (reported as `wrong-type`) raises InvalidValue when read, and so does a
+    rollout whose settings did not resolve: the estimate that needs them is skipped, not computed without them."""
+    plans = {r.name: r for r in roles}
     calls: dict[str, list[tuple[str, dict]]] = {}
-    for statement in (program.step.statements if program.step is not None else ()):
-        call = getattr(statement, "call", None)
-        if call is not None and call.target in program.roles and call.method:
-            calls.setdefault(call.target, []).append((call.method, _written_arguments(program, call)))
+    for call in (graph.calls() if graph is not None else ()):
+        if call.kind == "role" and call.target in plans and call.method:
+            calls.setdefault(call.target, []).append((call.method, call.kwargs))
     rollouts = [(name, kw) for name, methods in calls.items() for method, kw in methods if method == "generate"]
-    name, kw = rollouts[0] if rollouts else (next((r.name for r in program.roles.values() if r.kind == "rollout"),
-                                                  None), {})
-    rollout = program.roles.get(name) if name else None
-    n = kw.get("n") or (rollout.get("n", 1) if rollout is not None else 1)
-    data = program.data
-    response = rollout.get("max_new_tokens", _MAX_NEW_TOKENS) if rollout is not None else 0
+    name, kw = rollouts[0] if rollouts else (next((r.name for r in roles if r.kind == "rollout"), None), {})
+    rollout = plans.get(name) if name else None
+    if rollout is not None and rollout.settings is None:
+        raise InvalidValue(f"role {name}")
+    n = kw.get("n") or (rollout.settings.n if rollout is not None else 1)
+    response = rollout.settings.max_new_tokens if rollout is not None else 0
     if not rollouts and any(method == "sft" for methods in calls.values() for method, _ in methods):
         n = 1  # SFT: one demonstration per row, its response as long as the data allows
-        response = data.get("max_response_length", _MAX_RESPONSE_LENGTH) if data is not None else _MAX_RESPONSE_LENGTH
-    return StepShape(batch=data.get("batch_size") if data is not None else None, n=n,
-                     prompt=data.get("max_prompt_length", _MAX_PROMPT_LENGTH) if data is not None else _MAX_PROMPT_LENGTH,
+        response = data.max_response_length if data is not None else _MAX_RESPONSE_LENGTH
+    return StepShape(batch=data.batch_size if data is not None else None, n=n,
+                     prompt=data.max_prompt_length if data is not None else _MAX_PROMPT_LENGTH,
                      response=response, calls=calls)
-
-
-def _written_arguments(program: Program, call) -> Values:
-    """The arguments a role call writes, as the compiler checks them: one of the wrong type (reported there, as
-    `wrong-type`) raises InvalidValue when read, so the estimate that needs it is skipped, not computed with it."""
-    signature = ROLE_METHODS.get(program.roles[call.target].kind or "", {}).get(call.method)
-    written, invalid = {}, set()
-    for argument in call.kwargs:
-        written[argument.key] = getattr(argument.value, "value", None)
-        key = signature.kwargs.get(argument.key) if signature is not None else None
-        if key is not None:
-            try:
-                argument_value(key, argument, program)
-            except TypeMismatch:
-                invalid.add(argument.key)
-    return Values(written, invalid)

@@ -14,23 +14,26 @@ import json
 from pathlib import Path
 
 from rlgraph.compiler.topology import model_of
+from rlgraph.contract.settings import ModelSettings
 from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.plan.memory import model_shape
-from rlgraph.spec.program import Decl, Program
+from rlgraph.plan.resolve import model_of_settings
+from rlgraph.spec.program import Program
 
 
-def check_tokenizers(program: Program) -> list[Diagnostic]:
+def check_tokenizers(program: Program, models: dict[str, ModelSettings | None]) -> list[Diagnostic]:
+    """`models`: the models' settings (resolve.models_settings)."""
     base = Path(program.path).parent
     policies = {model_of(program, role) for role in program.roles.values() if role.kind == "rollout"} - {None}
     out = []
     for role in program.roles.values():
-        if role.kind != "reward_model" or role.get("retokenize", False):
+        if role.kind != "reward_model" or role["retokenize"]:  # the schema fills in its default
             continue
         rm_name = role.get("model")
         for policy_name in sorted(policies):
             if rm_name == policy_name or rm_name not in program.models or policy_name not in program.models:
                 continue
-            found = _difference(program.models[policy_name], program.models[rm_name], base)
+            found = _difference(model_of_settings(models, policy_name), model_of_settings(models, rm_name), base)
             if found:
                 out.append(error(
                     "tokenizer-mismatch",
@@ -44,9 +47,9 @@ def check_tokenizers(program: Program) -> list[Diagnostic]:
     return out
 
 
-def _difference(policy: Decl, reward_model: Decl, base: Path) -> str:
+def _difference(policy: ModelSettings, reward_model: ModelSettings, base: Path) -> str:
     """How the two models' tokenizers differ, or "" when they are the same or it cannot be told."""
-    prints = [_fingerprint(m.get("path") or "", base) for m in (policy, reward_model)]
+    prints = [_fingerprint(m.path or "", base) for m in (policy, reward_model)]
     if None not in prints:
         return "" if prints[0] == prints[1] else "their tokenizer.json files differ"
     vocabs = [model_shape(m, base).vocab for m in (policy, reward_model)]

@@ -111,3 +111,15 @@ def test_experts_without_their_size_is_a_warning_at_the_key(tmp_path):
     assert len(unknown) == 1 and "`experts_per_token`, `expert_intermediate`" in unknown[0].message
     line = text.splitlines()[unknown[0].span.line - 1]
     assert line[:unknown[0].span.column - 1].endswith("experts = ")  # at the value of `experts`
+
+
+def test_the_model_settings_hold_every_key_of_the_model_block():
+    """ModelSettings is the model block resolved: a key added to the schema and not to the settings (or the
+    other way) would be read by nothing, or by a resolver that finds no such key."""
+    import dataclasses
+
+    from rlgraph.contract.settings import ModelSettings
+    from rlgraph.spec.schema import BLOCKS
+
+    fields = [f.name for f in dataclasses.fields(ModelSettings) if f.name != "name"]
+    assert fields == list(BLOCKS["model"].keys)
