@@ -8,8 +8,8 @@
     model, tokenizer = rlgraph.load("runs/x")
 
 These are the commands' own functions, not a second path: `rlgraph check | plan | run` (rlgraph/commands/)
-compile with `compile`, and `rlgraph run` checks with `cannot_run`, writes the run directory with
-`inputs_writer` and trains with `train`, so a spec compiles, plans and runs the same way from either.
+compile with `compile`, and `rlgraph run` checks with `cannot_run`, says what the run directory gets
+with `run_inputs` and trains with `train`, so a spec compiles, plans and runs the same way from either.
 Importing this module loads neither torch nor Ray: `run` and `load` import them when called. docs/api.md.
 """
 
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from rlgraph.runtime.loop import RunResult
     from rlgraph.runtime.signals import StopRequest
 
-__all__ = ["STOP", "Spec", "SpecError", "cannot_run", "compile", "default_run_dir", "inputs_writer", "load",
-           "override_args", "run", "train"]
+__all__ = ["STOP", "Spec", "SpecError", "cannot_run", "compile", "default_run_dir", "load",
+           "override_args", "run", "run_inputs", "train"]
 
 Overrides = Union[Mapping[str, Any], Iterable[str], None]
 RAY_LOG = "ray.log"  # Ray's own warnings, kept off the progress bar
@@ -147,21 +147,19 @@ def cannot_run(spec: Spec) -> str:
     return refusal(spec.diagnostics)
 
 
-def inputs_writer(target: Spec | Plan, run_dir: Path, plan_file: str | None = None) -> Callable[[], None]:
-    """What a run writes into its directory once its resume check let it start: plan.json, and for a spec its
-    source files and overrides.txt. `plan_file`: the saved plan a Plan was read from (not written over itself)."""
+def run_inputs(target: Spec | Plan, run_dir: Path, plan_file: str | None = None) -> dict[str, str]:
+    """What a run writes into its directory once its resume check let it start (`run_plan`'s `inputs`: path in
+    the directory -> text): plan.json, and for a spec its source files and overrides.txt. `plan_file`: the saved
+    plan a Plan was read from, not written over itself."""
     if isinstance(target, Spec):
-        plan = target.plan()
-        return lambda: write_run_inputs(run_dir, plan.to_json(), target.sources, target.path, target.overrides)
-
-    def write_plan() -> None:
-        if plan_file is None or not (run_dir / "plan.json").exists() or \
-                (run_dir / "plan.json").resolve() != Path(plan_file).resolve():
-            _write(run_dir / "plan.json", target.to_json())
-    return write_plan
+        return spec_inputs(target.plan().to_json(), target.sources, target.path, target.overrides)
+    if plan_file is not None and (run_dir / "plan.json").exists() and \
+            (run_dir / "plan.json").resolve() == Path(plan_file).resolve():
+        return {}
+    return {"plan.json": target.to_json()}
 
 
-def train(plan: Plan, run_dir: Path, write_inputs: Callable[[], None], *, invocation: dict[str, Any],
+def train(plan: Plan, run_dir: Path, inputs: Mapping[str, str], *, invocation: dict[str, Any],
           console: RunConsole, stop: StopRequest, address: str | None = None, resume: bool = True,
           accept_changes: bool = False, on_step: Callable[[dict[str, Any]], Any] | None = None) -> RunResult:
     """`run_plan` as `run` and `rlgraph run` both call it: Ray's messages go to DIR/ray.log, SIGTERM and a first
@@ -171,7 +169,7 @@ def train(plan: Plan, run_dir: Path, write_inputs: Callable[[], None], *, invoca
 
     with stop.installed(), console.ray_logs_to_file():
         return run_plan(plan, run_dir, address, resume, console=console, accept_changes=accept_changes,
-                        invocation=invocation, write_inputs=write_inputs, stop=stop, on_step=on_step)
+                        invocation=invocation, inputs=inputs, stop=stop, on_step=on_step)
 
 
 def run(target: Spec | Plan, run_dir: str | Path | None = None, *, address: str | None = None, resume: bool = True,
@@ -206,16 +204,15 @@ def run(target: Spec | Plan, run_dir: str | Path | None = None, *, address: str 
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(plan.spec)
     console = RunConsole(Console(), enabled=not quiet, ray_log=run_dir / RAY_LOG)
     with RunDirLock(run_dir):
-        return train(plan, run_dir, inputs_writer(target, run_dir), invocation=history.invocation(plan.spec, overrides),
+        return train(plan, run_dir, run_inputs(target, run_dir), invocation=history.invocation(plan.spec, overrides),
                      console=console, stop=StopRequest(console.log), address=address, resume=resume,
                      accept_changes=accept_changes, on_step=on_step)
 
 
-def write_run_inputs(run_dir: Path, plan_json: str, sources: dict[str, str], root: str, overrides: list[str]) -> None:
-    """plan.json, the spec's source files (includes keep their place next to the root file) and
+def spec_inputs(plan_json: str, sources: dict[str, str], root: str, overrides: list[str]) -> dict[str, str]:
+    """plan.json, the spec's source files under spec/ (includes keep their place next to the root file) and
     overrides.txt: `rlgraph run DIR/spec/<file> -s ...` with those overrides plans the same run."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _write(run_dir / "plan.json", plan_json)
+    files = {"plan.json": plan_json}
     base = PurePath(root).parent
     for name, text in sources.items():
         if name.startswith("<"):  # an override's pseudo-source
@@ -226,18 +223,9 @@ def write_run_inputs(run_dir: Path, plan_json: str, sources: dict[str, str], roo
             relative = PurePath(PurePath(name).name)
         if ".." in relative.parts or relative.is_absolute():
             relative = PurePath(relative.name)
-        _write(run_dir / "spec" / relative, text)
-    _write(run_dir / "overrides.txt", "".join(f"{o}\n" for o in overrides))
-
-
-def _write(path: Path, text: str) -> None:
-    from rlgraph.runtime.disk import writing
-
-    tmp = path.with_name(f".{path.name}.tmp")
-    with writing(tmp):  # a full disk: a RunError naming the file and the free space, as for checkpoints
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text)
-        tmp.replace(path)
+        files[str(PurePath("spec") / relative)] = text
+    files["overrides.txt"] = "".join(f"{o}\n" for o in overrides)
+    return files
 
 
 def _errors_line(errors: list[Diagnostic], where: str) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from rlgraph.api import RAY_LOG, cannot_run, compile, default_run_dir, inputs_writer, train
+from rlgraph.api import RAY_LOG, cannot_run, compile, default_run_dir, run_inputs, train
 
 EXIT_OK, EXIT_ERRORS, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -98,7 +98,7 @@ def _compile_and_train(console: Console, file: str, overrides: list[str], plan, 
     stop.run_dir = run_dir
     stop.phase = "compiling the spec"
     if plan is not None:
-        write_inputs = inputs_writer(plan, run_dir, plan_file=file)
+        inputs = run_inputs(plan, run_dir, plan_file=file)
     else:
         spec = compile(file, overrides=overrides)
         plan = spec.plan()
@@ -107,13 +107,13 @@ def _compile_and_train(console: Console, file: str, overrides: list[str], plan, 
         if refused := cannot_run(spec):
             sys.stdout.write(refused)
             return EXIT_ERRORS
-        write_inputs = inputs_writer(spec, run_dir)
+        inputs = run_inputs(spec, run_dir)
     lock.acquire()
-    return _train(console, file, overrides, plan, run_dir, address, resume, accept_changes, write_inputs, stop)
+    return _train(console, file, overrides, plan, run_dir, address, resume, accept_changes, inputs, stop)
 
 
 def _train(console: Console, file: str, overrides: list[str], plan, run_dir: Path, address: str | None, resume: bool,
-           accept_changes: bool, write_inputs, stop) -> int:
+           accept_changes: bool, inputs: dict[str, str], stop) -> int:
     # Only now the heavy part: ray loads here, torch and transformers in run_plan while Ray starts.
     from rlgraph.runtime import RunError, history
     from rlgraph.runtime.console import RunConsole
@@ -125,7 +125,7 @@ def _train(console: Console, file: str, overrides: list[str], plan, run_dir: Pat
     stop.log = run_console.log
     again = escape(resume_command(file, overrides, run_dir, address))
     try:
-        train(plan, run_dir, write_inputs, invocation=history.invocation(file, overrides), console=run_console,
+        train(plan, run_dir, inputs, invocation=history.invocation(file, overrides), console=run_console,
               stop=stop, address=address, resume=resume, accept_changes=accept_changes)
     except RunError as err:
         run_console.stop()

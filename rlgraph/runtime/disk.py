@@ -13,7 +13,7 @@ import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from rlgraph.runtime.errors import RunError
 
@@ -35,6 +35,22 @@ def writing(file: str | Path, error: type[RunError] = RunError, full_hint: str |
         if code is None:
             raise
         raise error(write_problem(Path(getattr(err, "filename", None) or file), code, full_hint)) from None
+
+
+def write_file(path: Path, text: str) -> None:
+    """`text` into `path` through a temporary file renamed over it: a crash leaves the old file or the new one,
+    never half of one; a write error is a RunError naming the temporary file (`writing`)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with writing(tmp):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+        tmp.replace(path)
+
+
+def write_files(folder: Path, files: Mapping[str, str]) -> None:
+    """Each of `files` (path in `folder` -> text) written with `write_file`, in their order."""
+    for name, text in files.items():
+        write_file(folder / name, text)
 
 
 def write_problem(file: Path, code: int, full_hint: str | None = None) -> str:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rlgraph.api import write_run_inputs
+from rlgraph.api import spec_inputs
 from rlgraph.runtime import history
-from rlgraph.runtime.disk import filesystem
+from rlgraph.runtime.disk import filesystem, write_files
 from rlgraph.runtime.errors import RunError
 from rlgraph.runtime.lock import RunDirLock
 
@@ -43,7 +43,7 @@ def test_a_full_disk_when_plan_json_is_written_names_it(tmp_path):
     run_dir.mkdir()
     (run_dir / ".plan.json.tmp").symlink_to("/dev/full")  # every write to it: ENOSPC, as on a full disk
     with pytest.raises(RunError, match=rf"^disk full while writing {run_dir}/.plan.json.tmp: free space on "):
-        write_run_inputs(run_dir, "{}", {str(tmp_path / "x.rl"): "rlgraph 1\n"}, str(tmp_path / "x.rl"), [])
+        write_files(run_dir, spec_inputs("{}", {str(tmp_path / "x.rl"): "rlgraph 1\n"}, str(tmp_path / "x.rl"), []))
 
 
 def test_a_full_disk_when_the_spec_is_copied_names_the_copy(tmp_path, monkeypatch):
@@ -55,7 +55,7 @@ def test_a_full_disk_when_the_spec_is_copied_names_the_copy(tmp_path, monkeypatc
 
     monkeypatch.setattr(Path, "write_text", full_for_the_spec)
     with pytest.raises(RunError, match=rf"^disk full while writing {run_dir}/spec/.x.rl.tmp: free space on "):
-        write_run_inputs(run_dir, "{}", {str(tmp_path / "x.rl"): "rlgraph 1\n"}, str(tmp_path / "x.rl"), [])
+        write_files(run_dir, spec_inputs("{}", {str(tmp_path / "x.rl"): "rlgraph 1\n"}, str(tmp_path / "x.rl"), []))
     assert (run_dir / "plan.json").read_text() == "{}"
 
 
