@@ -33,8 +33,8 @@ def run_command(file: str, overrides: list[str], output: str | None, address: st
 
         def stopped_at_once() -> None:  # the main path's last line, and the signal watcher's (signals.py)
             where = stop.run_dir if stop.run_dir is not None and stop.run_dir.is_dir() else run_dir
-            console.print(stopped_line(stop, where, escape(resume_command(file, overrides, where, address))),
-                          highlight=False, soft_wrap=True)
+            console.print(stopped_line(stop, where, escape(resume_command(file, overrides, where, address)),
+                                       escape(stop.cause)), highlight=False, soft_wrap=True)
 
         stop.last_words = stopped_at_once
         try:

@@ -130,6 +130,8 @@ def prepare_run(
     startup["startup_s/ray"] = time.perf_counter() - clock
     if stop is not None:
         stop.install()  # ray.init replaced the handlers with its own
+        stop.ray_alive = cluster.alive  # the watcher asks it once a deferred stop is pending (signals.py)
+        cluster_started.callback(setattr, stop, "ray_alive", None)
     phase("checking the run's inputs")
     prepared = checking.result()
     startup["startup_s/preflight"] = checked_s + checking.seconds  # the two parts; the second overlaps `ray`

@@ -21,9 +21,12 @@ line). So a thread of ours waits on the pipe (poll) and sees each signal as it a
 once" (any signal before the loop defers; a second Ctrl-C) and the handler has not taken it within GRACE_S, or
 the run, having taken it, has not ended UNWIND_S after it came (its clean-up waits on a dead Ray), the watcher
 ends the run itself: the same last line the main path prints (`last_words`, once, whoever comes first), SIGKILL
-to every process below this one (watchdog.kill_descendants), os._exit(128 + signal). It never acts on a
-deferred signal: the step in progress may take longer than any grace. A Python caller's process (rlgraph.run
-in a notebook) is not the run's to end: there is no watcher.
+to every process below this one (watchdog.kill_descendants), os._exit(128 + signal). A deferred signal it
+leaves to the step in progress, which may take longer than any grace, unless the run's Ray has died (a SIGTERM
+to the group reaches the GCS too): the step can then never end, and the main thread may wait in a Ray call for
+60 s before Ray's client aborts it, so once `ray_alive` (set by run_plan while its Ray is up) has said no for
+DEAD_RAY_S the watcher ends the run as above, its line saying that the signal reached Ray. A Python caller's
+process (rlgraph.run in a notebook) is not the run's to end: there is no watcher.
 
 One pipe, two readers, no count lost: both the watcher and the handler read it (non-blocking, the handler
 because the watcher may not have woken yet when it runs) under one lock, and append what they read to one list
@@ -58,6 +61,11 @@ NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
 GRACE_S = 3.0
 UNWIND_S = 15.0
 SAY_S = 2.0
+# A deferred stop with the run's Ray dead: the main path ends on its own once a Ray call raises (a worker's death
+# is reported in about a second); DEAD_RAY_S after the watcher first finds Ray dead, it ends the run itself.
+DEAD_RAY_S = 5.0
+RAY_POLL_S = 1.0  # how often the watcher asks `ray_alive` while a deferred stop is pending
+RAY_ENDED = " (it reached the run's Ray processes too: its Ray instance ended)"
 
 
 class _Stop:
@@ -99,6 +107,9 @@ class StopRequest:
         self.run_dir: Path | None = None  # where the run writes, once known: the stop message names its checkpoint
         self.ends_process = ends_process  # the process is `rlgraph` itself: the watcher may end it
         self.last_words: Callable[[], None] = self._default_words  # the line a stop ends with (`say_stopped`)
+        self.ray_alive: Callable[[], bool] | None = None  # run_plan's Ray is up (cluster.alive); None: no Ray to ask
+        self.cause = ""  # why the watcher ended a deferred stop (RAY_ENDED): for `last_words`
+        self._ray_dead_since: float | None = None
         self._previous: dict[int, Any] | None = None
         self._pipe: int | None = None  # the wakeup pipe's read end: one byte per signal as it arrived
         self._lock = threading.RLock()  # the pipe, the arrivals; reentrant: a handler can run inside a handler
@@ -236,12 +247,37 @@ class StopRequest:
                 if self._closing:
                     return
                 deadline = self._deadline()
+                waiting_on_ray = deadline is None and self._deferred_pending() and self.ray_alive is not None
             if deadline is not None and time.monotonic() >= deadline:
                 self._end_process()
                 return
+            if waiting_on_ray and self._ray_ended():
+                self.cause = RAY_ENDED
+                self._end_process()
+                return
             wait_ms = None if deadline is None else max(1, int((deadline - time.monotonic()) * 1000) + 1)
+            if waiting_on_ray:
+                wait_ms = min(wait_ms or int(RAY_POLL_S * 1000), int(RAY_POLL_S * 1000))
             with contextlib.suppress(InterruptedError):
                 poller.poll(wait_ms)
+
+    def _deferred_pending(self) -> bool:
+        """A stop that waits for the step in progress: in the loop, a signal arrived (hold `_lock`)."""
+        return self.deferring and bool(self.received or self._arrivals[self._taken:])
+
+    def _ray_ended(self) -> bool:
+        """Whether the run's Ray has been found dead for DEAD_RAY_S (asked outside `_lock`: it takes a second)."""
+        ask = self.ray_alive
+        try:
+            alive = ask is None or ask()
+        except Exception:  # a Ray half torn down: ask again next time
+            alive = True
+        if alive:
+            self._ray_dead_since = None
+            return False
+        now = time.monotonic()
+        self._ray_dead_since = self._ray_dead_since or now
+        return now - self._ray_dead_since >= DEAD_RAY_S
 
     def _deadline(self) -> float | None:
         """When the watcher ends the run: GRACE_S after an at-once signal the handler has not taken, UNWIND_S
