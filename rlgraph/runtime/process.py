@@ -82,8 +82,10 @@ class DeviceProcess:
 
     def _build(self, spec: WorkerSpec) -> Any:
         """The role's worker, from its resolved settings (rlgraph.contract.settings)."""
-        if spec.worker == ALIAS:
-            return self.workers[spec.alias_of]
+        if spec.worker == ALIAS:  # the policy's engine generates for the rollout, with the rollout's limit
+            host = self.workers[spec.alias_of]
+            host.host_rollout(spec.settings)
+            return host
         import rlgraph.workers as workers
 
         if spec.worker == BASE:  # the LoRA actor's module with its adapters off

@@ -66,7 +66,8 @@ def worker_specs(plan: Plan, model_paths: dict[str, str]) -> dict[str, WorkerSpe
             raise ValueError(f"role kind {role.kind!r} has no worker in this runtime")
         host = _colocated_policy(plan, role, processes_of) if role.kind == "rollout" else None
         if host is not None:
-            specs[role.name] = WorkerSpec(role.name, role.kind, ALIAS, alias_of=host)
+            # the rollout's settings: its engine limit reaches the host's engine where the alias is built
+            specs[role.name] = WorkerSpec(role.name, role.kind, ALIAS, settings=role.settings, alias_of=host)
             continue
         base_of = lora_base_of(plan, role, processes_of) if role.kind == "ref" else None
         if base_of is not None:

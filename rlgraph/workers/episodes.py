@@ -142,7 +142,7 @@ def generate_episodes(
                 stop_token_ids=tool_format.stop_token_ids)
             prompts = [list(rows[k]["input_ids"]) + episodes[k].ids for k in running]
             generation = engine.generate(prompts, 1, sampling, seed=next(turn_seeds),
-                                         with_log_probs=settings.keep_log_probs, max_sequences=settings.max_sequences)
+                                         with_log_probs=settings.keep_log_probs)
             turns = []
             for i, k in enumerate(running):
                 episode = episodes[k]

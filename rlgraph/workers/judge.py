@@ -76,7 +76,7 @@ class JudgeWorker:
         prompt_ids = [encode_prompt(self.tokenizer, self.prompt(rollout, row))[0] for row in range(len(rollout))]
         sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature)
         seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
-        generation = self.engine.generate(prompt_ids, 1, sampling, seed=seed, max_sequences=s.max_sequences)
+        generation = self.engine.generate(prompt_ids, 1, sampling, seed=seed)
         return self.tokenizer.batch_decode(generation.token_ids, skip_special_tokens=True)
 
     @torch.no_grad()

@@ -10,7 +10,8 @@ from typing import Any, Callable
 import torch
 
 from rlgraph.contract.settings import (ActorDistillSettings, ActorSettings, ActorUpdateSettings, GenerateSettings,
-                                       LogProbSettings, RefSettings, SftSettings, TopKSettings)
+                                       LogProbSettings, RefSettings, RolloutSettings, SftSettings,
+                                       TopKSettings)
 from rlgraph.workers import lora, offload
 from rlgraph.workers.activations import checkpoint_blocks
 from rlgraph.workers.batch import Rollout
@@ -71,6 +72,7 @@ class PolicyWorker:
         self.shuffle_generator = torch.Generator().manual_seed(seed)
         self.sample_generator = torch.Generator().manual_seed(seed + 1)
         self.engine = HFEngine(self.module, self.tokenizer)  # shares the module: samples from the current weights
+        self.hosts_rollout = False  # an in-place rollout gave the engine its settings (`host_rollout`)
         self.optim: Optimization | None = None
         if self.trainable:
             self.optim = Optimization.from_settings(self.module.parameters(), settings.optim,
@@ -323,6 +325,16 @@ class PolicyWorker:
         return metrics
 
     # --- rollout (hybrid engine: samples from this worker's own weights) ---
+
+    def host_rollout(self, settings: RolloutSettings) -> None:
+        """Generate for an in-place rollout role: its engine settings (`max_sequences`) reach this worker's
+        engine once, here, as a rollout with weights of its own gets them where its engine is built. Called
+        when the rollout's alias is built (rlgraph/runtime/process.py); without it the engine has no limit."""
+        limit = settings.max_sequences
+        if self.hosts_rollout and limit != self.engine.max_sequences:  # one engine, one limit
+            raise ValueError(f"two in-place rollouts on one policy set max_sequences = {self.engine.max_sequences} "
+                             f"and {limit}: give them the same limit")
+        self.engine.max_sequences, self.hosts_rollout = limit, True  # 'settings' are schema-checked: limit >= 1
 
     @computes
     def generate(self, items: list[dict], *, settings: GenerateSettings, seed: int | torch.Generator | None = None,

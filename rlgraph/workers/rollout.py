@@ -92,7 +92,7 @@ def generate_rollout(
     if isinstance(seed, torch.Generator):
         seed = int(torch.randint(0, 2**62, (1,), generator=seed))
     generation = engine.generate([list(item["input_ids"]) for item in items], n, sampling, seed=seed,
-                                 with_log_probs=settings.keep_log_probs, max_sequences=settings.max_sequences)
+                                 with_log_probs=settings.keep_log_probs)
     return build_rollout(items, n, generation, engine.tokenizer, engine.pad_token_id, max_new_tokens,
                          uid_offset=uid_offset, policy_version=policy_version)
 

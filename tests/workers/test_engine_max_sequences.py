@@ -1,6 +1,7 @@
-"""The rollout's `max_sequences` at run time: the hf engine generates a batch in chunks of at most that many
-sequences (its KV cache is one chunk's), with the tokens and log-probs of the whole batch at once; SGLang gets it
-as its scheduler's `max_running_requests`."""
+"""The rollout's `max_sequences` at run time: given to an engine once, where it is built (never per generate
+call), the hf engine generates a batch in chunks of at most that many sequences (its KV cache is one chunk's),
+with the tokens and log-probs of the whole batch at once; SGLang gets it as its scheduler's
+`max_running_requests`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import uuid
 import pytest
 import torch
 
-from .helpers import generate_settings
+from .helpers import generate_settings, rollout_settings
 from rlgraph.contract.settings import EnvSettings
 from rlgraph.workers.engines import SamplingParams
 from rlgraph.workers.engines.hf import HFEngine
@@ -49,7 +50,8 @@ def test_chunks_give_the_greedy_tokens_and_log_probs_of_the_whole_batch(engine, 
     assert batches == [12]
     for limit, calls in ((5, [5, 5, 2]), (1, [1] * 12), (12, [12]), (50, [12])):
         batches.clear()
-        chunked = engine.generate(PROMPTS, 3, greedy, with_log_probs=True, max_sequences=limit)
+        limited = HFEngine(engine.module, engine.tokenizer, max_sequences=limit)  # the same module, a limit
+        chunked = limited.generate(PROMPTS, 3, greedy, with_log_probs=True)
         assert batches == calls  # at most `limit` rows per call, every row once
         assert chunked.token_ids == whole.token_ids  # same tokens, same lengths, in the same order
         # a chunk is left-padded to its own longest prompt: the padding is masked out, and only the float32
@@ -61,19 +63,31 @@ def test_chunks_give_the_greedy_tokens_and_log_probs_of_the_whole_batch(engine, 
 
 def test_sampled_chunks_are_reproducible_and_keep_a_prompts_samples_adjacent(engine, batches):
     sampling = SamplingParams(max_new_tokens=6, temperature=1.0)
-    first = engine.generate(PROMPTS, 2, sampling, seed=3, max_sequences=3)
+    limited = HFEngine(engine.module, engine.tokenizer, max_sequences=3)
+    first = limited.generate(PROMPTS, 2, sampling, seed=3)
     assert batches == [3, 3, 2]
-    assert engine.generate(PROMPTS, 2, sampling, seed=3, max_sequences=3).token_ids == first.token_ids
+    assert limited.generate(PROMPTS, 2, sampling, seed=3).token_ids == first.token_ids
     assert len(first.token_ids) == 8
     with pytest.raises(ValueError, match="max_sequences must be >= 1, got 0"):
-        engine.generate(PROMPTS, 2, sampling, seed=3, max_sequences=0)
+        HFEngine(engine.module, engine.tokenizer, max_sequences=0)
 
 
-def test_the_rollouts_setting_reaches_the_engine_through_the_generate_call(engine, batches):
+def test_the_rollouts_setting_reaches_the_engine_where_it_is_built(tiny_model_dir, monkeypatch):
+    from rlgraph.workers.rollout import RolloutWorker
+
+    worker = RolloutWorker(tiny_model_dir, rollout_settings(max_sequences=3), seed=0, device="cpu")
+    batches = count_rows(worker.engine, monkeypatch)
     items = [{"input_ids": ids} for ids in PROMPTS]
-    rollout = generate_rollout(engine, items, generate_settings(n=2, max_sequences=3, temperature=0.0), seed=0)
+    rollout = worker.generate(items, settings=generate_settings(n=2, max_sequences=3, temperature=0.0), seed=0)
     assert batches == [3, 3, 2] and len(rollout) == 8
     batches.clear()
+    # the call's copy of the limit is not read: the engine has the one it was built with
+    worker.generate(items, settings=generate_settings(n=2, max_sequences=None, temperature=0.0), seed=0)
+    assert batches == [3, 3, 2]
+
+
+def test_an_engine_built_without_a_limit_generates_the_whole_batch_at_once(engine, batches):
+    items = [{"input_ids": ids} for ids in PROMPTS]
     generate_rollout(engine, items, generate_settings(n=2, max_sequences=None, temperature=0.0), seed=0)
     assert batches == [8]  # unset: the hf engine's own default, the whole batch at once
 
@@ -86,8 +100,15 @@ def test_the_hybrid_engine_of_the_actor_generates_in_chunks(tiny_model_dir, monk
     actor = PolicyWorker(tiny_model_dir, actor_settings(), seed=0, device="cpu")
     batches = count_rows(actor.engine, monkeypatch)
     items = [{"input_ids": ids} for ids in PROMPTS]
+    actor.generate(items, settings=generate_settings(n=4, max_sequences=None))
+    assert batches == [16]  # no in-place rollout gave the engine a limit
+    batches.clear()
+    actor.host_rollout(rollout_settings(max_sequences=6))  # what building the rollout's alias does
     rollout = actor.generate(items, settings=generate_settings(n=4, max_sequences=6))
     assert batches == [6, 6, 4] and len(rollout) == 16
+    actor.host_rollout(rollout_settings(max_sequences=6))  # a second rollout with the same limit: fine
+    with pytest.raises(ValueError, match="two in-place rollouts on one policy set max_sequences = 6 and 3"):
+        actor.host_rollout(rollout_settings(max_sequences=3))
 
 
 ENV = """
@@ -125,6 +146,7 @@ def test_every_turn_of_multi_turn_episodes_keeps_the_limit(tiny_model_dir, tmp_p
         for limit in (None, 3):
             batches.clear()
             settings = generate_settings(n=2, max_new_tokens=10, temperature=0.0, max_sequences=limit, env=env)
+            engine.max_sequences = limit  # the hook on the module stays; a limit as if built with it
             runs[limit] = (generate_episodes(engine, items, settings, pools, seed=0), list(batches))
     finally:
         pools.close()

@@ -88,19 +88,18 @@ class Engine(ABC):
         `memory_fraction`: the share of the device it may take (weights + KV cache), for engines whose
         capabilities say they honour it; the others ignore it. None: the engine's own default.
         `tp`: the devices one replica spans (at most `capabilities.max_tp`).
-        `max_sequences`: the most sequences generated at once, for an engine whose scheduler is set up once
-        (SGLang's max_running_requests); an engine without one takes it in `generate`. None: its default.
+        `max_sequences`: the most sequences generated at once (vLLM's max_num_seqs, SGLang's
+        max_running_requests, the hf engine's chunk of rows), given here once and never per call. None: its
+        default.
         `deterministic` (train.deterministic): an engine that honours a sample's seed only in a mode of its own
         turns that mode on (SGLang); the hf engine runs on the process's deterministic torch kernels, and vLLM
         honours per-request seeds in any mode."""
 
     @abstractmethod
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, seed: int | None = None,
-                 with_log_probs: bool = False, max_sequences: int | None = None) -> Generation:
-        """`n` samples of every prompt. The same seed, weights and settings give the same tokens.
-
-        `max_sequences`: the most sequences (rows: prompts x n) generated at once; the hf engine runs the rows in
-        chunks of this many. An engine whose scheduler took the limit in `from_pretrained` ignores it here."""
+                 with_log_probs: bool = False) -> Generation:
+        """`n` samples of every prompt. The same seed, weights and settings give the same tokens; at most the
+        engine's `max_sequences` (given where it was built) at a time."""
 
     @abstractmethod
     def load_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:

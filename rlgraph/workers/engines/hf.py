@@ -28,7 +28,12 @@ class HFEngine(Engine):
     capabilities = ENGINES["hf"]
 
     def __init__(self, module: torch.nn.Module, tokenizer: Any, *, eos_token_id: int | list[int] | None = None,
-                 owns_module: bool = False) -> None:
+                 owns_module: bool = False, max_sequences: int | None = None) -> None:
+        """`max_sequences`: the rows (prompts x n) of a `generate` call go through `module.generate` in chunks of
+        at most this many, one after the other, so the KV cache is one chunk's; None: all at once."""
+        if max_sequences is not None and max_sequences < 1:
+            raise ValueError(f"max_sequences must be >= 1, got {max_sequences}")
+        self.max_sequences = max_sequences
         self.module = module
         self.tokenizer = tokenizer
         self.owns_module = owns_module
@@ -46,9 +51,8 @@ class HFEngine(Engine):
     def from_pretrained(cls, model_path: str, *, dtype: str | torch.dtype = "float32", device: str | None = None,
                         memory_fraction: float | None = None, tp: int = 1,
                         max_sequences: int | None = None, deterministic: bool = False) -> HFEngine:
-        """`memory_fraction` is ignored: HF allocates the KV cache per call, as it goes. So is `max_sequences`
-        here: `generate` takes it with each call (the hybrid engine gets it from the call's settings too).
-        `deterministic` too: torch's kernels are set up for the whole process (workers/cuda.py make_deterministic)."""
+        """`memory_fraction` is ignored: HF allocates the KV cache per call, as it goes. `max_sequences`: the
+        chunk of rows one `module.generate` runs (see `__init__`). `deterministic` too: torch's kernels are set up for the whole process (workers/cuda.py make_deterministic)."""
         from rlgraph.workers.loading import as_dtype, default_device, load_causal_lm
 
         if tp > cls.capabilities.max_tp:
@@ -56,31 +60,29 @@ class HFEngine(Engine):
 
         module, tokenizer = load_causal_lm(model_path, as_dtype(dtype), default_device(device))
         module.eval().requires_grad_(False)
-        return cls(module, tokenizer, owns_module=True)
+        return cls(module, tokenizer, owns_module=True, max_sequences=max_sequences)
 
     # --- generation ---
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, seed: int | None = None,
-                 with_log_probs: bool = False, max_sequences: int | None = None) -> Generation:
+                 with_log_probs: bool = False) -> Generation:
         """Log-probs come from the raw logits of generation divided by the temperature: what
         `PolicyWorker.log_prob` would recompute from the same weights (to float32 rounding: KV-cached steps
         vs one full pass), before any top-k / top-p truncation.
 
-        `max_sequences`: the rows (prompts x n) go through `module.generate` in chunks of at most this many,
-        one after the other, so the KV cache is one chunk's; None: all at once. A chunk is left-padded to its
-        own longest prompt. Sampled chunks draw on one seeded stream, so a seed gives the same tokens for the
-        same limit (other tokens than with another limit); greedy tokens do not depend on it."""
+        The rows (prompts x n) go through `module.generate` in chunks of at most the engine's `max_sequences`.
+        A chunk is left-padded to its own longest prompt. Sampled chunks draw on one seeded stream, so a seed
+        gives the same tokens for the same limit (other tokens than with another limit); greedy tokens do not
+        depend on it."""
         from transformers import GenerationConfig
 
         if self.released:
             raise RuntimeError("the engine's memory is released; call resume_memory() before generate()")
-        if max_sequences is not None and max_sequences < 1:
-            raise ValueError(f"max_sequences must be >= 1, got {max_sequences}")
         greedy = sampling.greedy
         device = next(self.module.parameters()).device
         rows = [list(prompt) for prompt in prompt_ids for _ in range(n)]  # p0 p0 p0 p1 p1 p1 ...
-        chunk = max_sequences or len(rows)
+        chunk = self.max_sequences or len(rows)
 
         settings = {} if greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p,
                                       "top_k": sampling.top_k}

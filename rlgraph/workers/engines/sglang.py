@@ -113,11 +113,11 @@ class SGLangEngine(Engine):
     # --- generation ---
 
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, seed: int | None = None,
-                 with_log_probs: bool = False, max_sequences: int | None = None) -> Generation:
+                 with_log_probs: bool = False) -> Generation:
         """The log-probs are SGLang's own (by default after the temperature; its SGLANG_RETURN_ORIGINAL_LOGPROB
         changes that). SGLang honours a sample's seed only in its deterministic-inference mode. Every request
         goes in at once: SGLang's scheduler runs at most `max_running_requests` of them at a time (the
-        `max_sequences` given to `from_pretrained`; the one here is not read)."""
+        `max_sequences` given to `from_pretrained`)."""
         if self.released:
             raise RuntimeError("the engine's memory is released; call resume_memory() before generate()")
         if self.cache_stale:

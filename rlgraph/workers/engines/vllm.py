@@ -133,9 +133,9 @@ class VLLMEngine(Engine):
     # --- generation ---
 
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, seed: int | None = None,
-                 with_log_probs: bool = False, max_sequences: int | None = None) -> Generation:
+                 with_log_probs: bool = False) -> Generation:
         """Every request goes in at once; vLLM's scheduler runs at most max_num_seqs of them at a time (the
-        `max_sequences` given to `from_pretrained`; the one here is not read). A row's tokens do not depend on
+        `max_sequences` given to `from_pretrained`). A row's tokens do not depend on
         the others in the batch: each samples from a seeded generator of its own."""
         from vllm import TokensPrompt
 
