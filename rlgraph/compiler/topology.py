@@ -9,6 +9,12 @@ colocated role runs on the devices of the root of its `colocate` chain, with
 from __future__ import annotations
 
 from rlgraph.spec.program import Decl, Program
+from rlgraph.spec.schema import ROLE_KEYS
+
+# the schema's defaults (the one place for a default), for a value the Program lacks (one that did not validate)
+_TP = ROLE_KEYS["rollout"]["tp"].default
+_REPLICAS = ROLE_KEYS["actor"]["replicas"].default  # a placement key: the same for every role kind
+_SEQUENCE_PARALLEL = ROLE_KEYS["actor"]["sequence_parallel"].default
 
 
 def root_of(program: Program, role: Decl) -> Decl:
@@ -21,26 +27,26 @@ def root_of(program: Program, role: Decl) -> Decl:
 
 
 def tp_of(role: Decl) -> int:
-    return role.get("tp", 1) if role.kind == "rollout" else 1
+    return role.get("tp", _TP) if role.kind == "rollout" else 1  # only a rollout spans devices per replica
 
 
 def devices_of(program: Program, role: Decl) -> int:
     """Devices the role's root occupies in total."""
     root = root_of(program, role)
-    return root.get("replicas", 1) * tp_of(root)
+    return root.get("replicas", _REPLICAS) * tp_of(root)
 
 
 def dp_size(program: Program, role: Decl) -> int:
     """Data-parallel replicas of a role (at least 1)."""
     if role.get("colocate") is None:
-        return role.get("replicas", 1)
+        return role.get("replicas", _REPLICAS)
     return max(devices_of(program, role) // tp_of(role), 1)
 
 
 def sequence_parallel_of(role: Decl) -> int:
     """Devices that share each sequence of the role (Ulysses: `sequence_parallel`; 1 for a role without it)."""
-    value = role.get("sequence_parallel", 1)
-    return value if isinstance(value, int) and value > 0 else 1
+    value = role.get("sequence_parallel", _SEQUENCE_PARALLEL)
+    return value if isinstance(value, int) and value > 0 else _SEQUENCE_PARALLEL
 
 
 def data_groups(program: Program, role: Decl) -> int:
