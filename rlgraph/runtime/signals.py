@@ -66,6 +66,7 @@ SAY_S = 2.0
 DEAD_RAY_S = 5.0
 RAY_POLL_S = 1.0  # how often the watcher asks `ray_alive` while a deferred stop is pending
 RAY_ENDED = " (it reached the run's Ray processes too: its Ray instance ended)"
+AGAIN_AFTER_S = 0.05  # a stop lost in a function that cannot raise is raised again this long after (_unraisable_hook)
 
 
 class _Stop:
@@ -154,6 +155,7 @@ class StopRequest:
             return
         self._previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
         counting = self._count_arrivals()
+        unraisable, sys.unraisablehook = sys.unraisablehook, self._unraisable_hook(sys.unraisablehook)
         self.install()
         try:
             yield self
@@ -161,7 +163,33 @@ class StopRequest:
             previous, self._previous = self._previous, None
             for signum, handler in previous.items():
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+            sys.unraisablehook = unraisable
             counting.close()
+
+    def _unraisable_hook(self, theirs: Callable[[Any], None]) -> Callable[[Any], None]:
+        """The handler's KeyboardInterrupt can land in a function Python calls where no exception propagates
+        (logging's fork hook, run after each fork of ray.init's processes; a __del__): Python prints it as
+        "Exception ignored in ..." with a traceback and goes on as if no signal came. Such a stop is raised again
+        in the main thread by another thread AGAIN_AFTER_S later (PyThreadState_SetAsyncExc: set from here, or
+        while the hook waits for that thread to start, it would be raised inside this hook and lost again),
+        without the traceback; landing in such a function again, it comes here
+        again. Any other unraisable exception goes to the hook that was there."""
+
+        def raise_in_main() -> None:
+            import ctypes
+
+            time.sleep(AGAIN_AFTER_S)  # the hook has returned long before: Thread.start() waits for this thread
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.main_thread().ident),
+                                                       ctypes.py_object(KeyboardInterrupt))
+
+        def hook(unraisable: Any) -> None:
+            if (isinstance(unraisable.exc_value, KeyboardInterrupt) and self.at_once
+                    and threading.current_thread() is threading.main_thread()):
+                threading.Thread(target=raise_in_main, name="rlgraph-stop-again", daemon=True).start()
+                return
+            theirs(unraisable)
+
+        return hook
 
     def _count_arrivals(self) -> contextlib.ExitStack:
         """The wakeup pipe and its watcher, unless something else (an asyncio loop) has a wakeup fd: then each

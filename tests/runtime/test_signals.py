@@ -282,6 +282,39 @@ def test_a_deferred_stop_whose_ray_ended_is_ended_by_the_watcher_not_left_to_ray
                            "waiting in C; handler calls: 0"), out
 
 
+# A stop at once whose handler runs inside a fork hook (logging registers one; ray.init forks its processes): the
+# KeyboardInterrupt raised there cannot propagate, and Python would print it as "Exception ignored" and go on.
+IN_A_FORK_HOOK = """
+import os, signal
+from rlgraph.runtime.signals import StopRequest
+
+def hook():
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(10000):  # the handler runs here, inside the hook
+        pass
+
+os.register_at_fork(after_in_parent=hook)
+stop = StopRequest()
+with stop.installed():
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        for _ in range(10**7):
+            pass
+        print("went on")
+    except KeyboardInterrupt:
+        print(f"stopped; received {stop.received}")
+"""
+
+
+def test_a_stop_whose_handler_ran_inside_a_fork_hook_is_raised_again_without_a_traceback():
+    done = subprocess.run([sys.executable, "-c", IN_A_FORK_HOOK], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == f"stopped; received [{int(signal.SIGTERM)}]", done.stdout + done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_a_python_caller_gets_no_watcher():
     from rlgraph.runtime.signals import StopRequest
 
