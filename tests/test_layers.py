@@ -22,7 +22,7 @@ MAY_IMPORT = {
     "algos": set(), "contract": set(), "diagnostics": set(),
 }
 # the one import against the rows, named in docs/architecture.md: the code task runs programs in the sandbox
-KNOWN = {("rlgraph/tasks/code.py", "rlgraph.workers.sandbox")}
+KNOWN = set()
 RUNTIME_PLAN_MODULES = {"rlgraph.plan.model", "rlgraph.plan.diff"}
 # the one module loop, named in docs/architecture.md: the paths pass compiles a stage's spec (`path = "run:a.rl"`)
 # with the compiler itself, to read the model the first stage trains

@@ -1,5 +1,5 @@
 """Code tasks' reward: the response's program run against the row's tests, each in a sandbox of its own
-(rlgraph/workers/sandbox.py), scored by the share of tests it passes, as verl's prime_code and Sandbox Fusion
+(rlgraph/tasks/sandbox.py), scored by the share of tests it passes, as verl's prime_code and Sandbox Fusion
 rewards score `codecontests`, `apps`, `codeforces` and `taco` rows.
 
 The tests are the row's `reward_model.ground_truth`, a JSON string (what verl's parquet files hold) or an
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rlgraph.workers.sandbox import Limits, Run, run_python
+from rlgraph.tasks.sandbox import Limits, Run, run_python
 
 ROW_S = 30.0  # one row's tests together: less than a reward's default timeout_s (60 s), so a slow row scores 0
 _FENCED = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)

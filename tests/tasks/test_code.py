@@ -11,7 +11,7 @@ from rlgraph.data.rows import load_rows
 from rlgraph.tasks import DATA_SOURCES, default_compute_score
 from rlgraph.tasks.code import extract_code, parse_tests, passes_all_tests, passes_tests, score_code
 from rlgraph.workers.reward_process import RewardPool, score_rows
-from rlgraph.workers.sandbox import Limits
+from rlgraph.tasks.sandbox import Limits
 
 ROWS = Path(__file__).parent / "data" / "code_rows.jsonl"
 FAST = Limits(cpu_s=2, wall_s=5.0, memory_mb=256)

@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from rlgraph.workers import sandbox
-from rlgraph.workers.sandbox import Limits, SandboxError, namespaces, processes_in, run_python
+from rlgraph.tasks import sandbox
+from rlgraph.tasks.sandbox import Limits, SandboxError, namespaces, processes_in, run_python
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's limits are Linux's")
 # a wall-clock limit far above what a test needs: on a loaded machine a run may take seconds to start
@@ -198,7 +198,7 @@ def test_the_program_dies_with_the_process_that_started_it(tmp_path, level):
     program = "open('running', 'w').close()\nimport time\ntime.sleep(60)\n"
     without = "sandbox.namespaces = lambda: ()\n" if level == "no namespaces" else ""
     starter = subprocess.Popen(
-        [sys.executable, "-c", f"from rlgraph.workers import sandbox\n{without}"
+        [sys.executable, "-c", f"from rlgraph.tasks import sandbox\n{without}"
          f"sandbox.run_python({program!r}, limits=sandbox.Limits(wall_s=60))"],
         env={**os.environ, "TMPDIR": str(tmp_path)})
     try:

@@ -5,7 +5,7 @@ with nothing of the parent's but PATH, stdin from a file, its output capped, and
 after which its whole process group is killed. What holds it, from the kernel up (docs/your_task.md,
 "Code run in a sandbox", says what each level guarantees):
 
-- resource limits set before the program starts (rlgraph/workers/sandbox_child.py): CPU seconds, address
+- resource limits set before the program starts (rlgraph/tasks/sandbox_child.py): CPU seconds, address
   space, file size, open files, processes (RLIMIT_NPROC binds a non-root user only), no core files;
 - namespaces, where `unshare` can make them for this user (`namespaces()`): a network namespace with no
   interface up (no network, whatever the code does) and a PID namespace, so every process the program
@@ -107,7 +107,7 @@ def parent_death_signal() -> tuple[str, ...]:
 
 def run_python(source: str, *, stdin: str = "", mode: str = "script", fn_name: str | None = None,
                args: list | None = None, test: str | None = None, limits: Limits = Limits()) -> Run:
-    """Run `source` as solution.py in a fresh directory (modes as in rlgraph/workers/sandbox_child.py)."""
+    """Run `source` as solution.py in a fresh directory (modes as in rlgraph/tasks/sandbox_child.py)."""
     with tempfile.TemporaryDirectory(prefix="rlgraph-sandbox-") as workdir:
         workdir = os.path.realpath(workdir)
         # files, not arguments: argv caps one at 128 KiB, and a test's input may be larger

@@ -1,4 +1,4 @@
-"""The first code a sandboxed program runs (rlgraph/workers/sandbox.py starts it): limits, the Python guard,
+"""The first code a sandboxed program runs (rlgraph/tasks/sandbox.py starts it): limits, the Python guard,
 then the program. Standard library only, started with `python -I`, so it imports nothing of rlgraph.
 
     python -I sandbox_child.py CONFIG_FILE
@@ -30,7 +30,7 @@ _PATH_ARGS = {"os.remove": (0,), "os.rename": (0, 1), "os.mkdir": (0,), "os.rmdi
               "os.setxattr": (0,), "os.removexattr": (0,), "shutil.rmtree": (0,), "shutil.copyfile": (1,),
               "shutil.move": (1,)}
 CPU_LIMIT_EXIT = 152  # the exit code past the CPU limit (a shell's 128 + SIGXCPU)
-STARTED = b"started\n"  # first on the result channel: the sandbox itself works (rlgraph/workers/sandbox.py)
+STARTED = b"started\n"  # first on the result channel: the sandbox itself works (rlgraph/tasks/sandbox.py)
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
