@@ -1,15 +1,19 @@
-"""Spec -> checked Program and StepGraph: load, override, validate, build, run every pass."""
+"""Spec -> checked Program and StepGraph: load, override, validate, build, run every pass, then check the stage
+specs it starts from (`path = "run:a.rl"`) in turn: compiling is the compiler's, so no pass imports it back."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rlgraph.compiler.build import build_graph
 from rlgraph.compiler.graph import StepGraph
-from rlgraph.diagnostics import Diagnostic, has_errors
+from rlgraph.contract.stages import stage_spec
+from rlgraph.diagnostics import Diagnostic, error, has_errors
 from rlgraph.spec.loader import load
 from rlgraph.spec.overrides import apply_overrides
 from rlgraph.spec.program import InvalidValue, Program
+from rlgraph.spec.stages import stage_actor_model, stage_program
 from rlgraph.spec.validate import to_program
 
 
@@ -42,6 +46,7 @@ def compile_spec(path: str, overrides: list[str] | tuple[str, ...] = (), text: s
     result.diagnostics = list(loaded.diagnostics) + problems + build_problems
     for check in PASSES:
         result.diagnostics += run_check(check, program, graph)
+    result.diagnostics += _stages_before(program)
     return _dedupe(result)
 
 
@@ -52,6 +57,38 @@ def run_check(check, *args) -> list[Diagnostic]:
         return check(*args)
     except InvalidValue:
         return []
+
+
+def _stages_before(program: Program) -> list[Diagnostic]:
+    """An error at each model whose stage spec (`path = "run:a.rl"`) does not check clean: that stage would not
+    run, so this one has nothing to start from. The paths pass has marked invalid a path whose spec is not there
+    or trains no actor."""
+    out = []
+    for model in program.models.values():
+        path = model.get("path") if model.is_set("path") and model.is_valid("path") else None
+        spec = stage_spec(path) if isinstance(path, str) else None
+        found = stage_program(path, Path(program.path).parent) if spec is not None else None
+        errors = _stage_errors(found.path) if found is not None and stage_actor_model(found) is not None else 0
+        if errors:
+            out.append(error("model-path", f"model `{model.name}`: the stage before, `{spec}`, does not check clean "
+                             f"({errors} error{'s' * (errors != 1)})", model.span_of("path"),
+                             f"`rlgraph check {found.path}` shows them", label="its stage has errors"))
+    return out
+
+
+_CHECKING: list[str] = []  # the stage specs being checked now: a stage that names itself (or a loop) ends here
+
+
+def _stage_errors(path: str) -> int:
+    """The errors `check` finds in the stage spec at `path` (0 for a loop of stages, reported where it closes)."""
+    resolved = str(Path(path).resolve())
+    if resolved in _CHECKING:
+        return 0
+    _CHECKING.append(resolved)
+    try:
+        return sum(d.severity == "error" for d in compile_spec(path).diagnostics)
+    finally:
+        _CHECKING.pop()
 
 
 def _dedupe(result: Compilation) -> Compilation:
