@@ -239,8 +239,8 @@ def load(source: str | Path, *, role: str | None = None, base: str | None = None
     """(model, tokenizer) of a run's trained policy, as `rlgraph export` writes it: `source` is a run directory
     (its newest checkpoint), a checkpoint or a role's folder in one; `role` defaults to the actor. LoRA adapters
     come merged into their base (`base`: that model's folder, where the one their config names has moved).
-    Raises commands.export.ExportError when there is nothing to load."""
-    from rlgraph.commands.export import load_model, role_folder
+    Raises runtime.export.ExportError when there is nothing to load."""
+    from rlgraph.runtime.export import load_model, role_folder
 
     folder, _ = role_folder(Path(source), role)
     return load_model(folder, base=base)

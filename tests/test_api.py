@@ -16,7 +16,7 @@ import pytest
 import rlgraph
 from rlgraph.api import SpecError
 from rlgraph.cli import main
-from rlgraph.commands.export import ExportError
+from rlgraph.runtime.export import ExportError
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "specs" / "grpo_arith.rl"

@@ -99,7 +99,7 @@ def _check_flags(*, n, temperature, top_p, top_k, max_new_tokens, max_prompt_len
 
 def model_source(source: str, role: str | None, scratch: Path) -> tuple[str, Path | None, str]:
     """(the model folder to load, the plan.json of the checkpoint it comes from or None, how to name it)."""
-    from rlgraph.commands.export import ExportError, export, role_folder
+    from rlgraph.runtime.export import ExportError, export, role_folder
     from rlgraph.models import resolve_model_path
     from rlgraph.workers import lora
 

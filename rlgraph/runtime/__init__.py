@@ -6,7 +6,8 @@ Modules, in the order a run meets them: preflight (models, data, rewards; before
 (Ray start-up), roles (what runs) + lowering (where: placement groups and one DeviceProcess per
 device), process (the Ray actor hosting colocated roles), driver (one step of the schedule),
 transforms (rewards and advantage maths on the driver), loop (steps, validation, checkpoints),
-run (all of it in order: `run_plan`, which is `prepare_run` then `train_run`), checkpoint, metrics, console.
+run (all of it in order: `run_plan`, which is `prepare_run` then `train_run`), checkpoint, metrics, console;
+export, the model of a checkpoint out of it (`rlgraph export`, `rlgraph.load`).
 """
 
 from __future__ import annotations
