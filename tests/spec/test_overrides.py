@@ -21,7 +21,7 @@ def compiled(*overrides: str):
     ("actor.optim.lr=1e-6", lambda p: p.roles["actor"]["optim"]["lr"], 1e-6),
     ("role.rollout.n=8", lambda p: p.roles["rollout"]["n"], 8),
     ("data.shuffle=false", lambda p: p.data["shuffle"], False),
-    ("policy.params=7B", lambda p: p.models["policy"].params, 7 * 10**9),
+    ("policy.params=7B", lambda p: p.models["policy"]["params"], 7 * 10**9),
     ("main.memory=16GiB", lambda p: p.pools["main"]["memory"], 16 * 2**30),
     ("actor.optim.betas=[0.9, 0.95]", lambda p: p.roles["actor"]["optim"]["betas"], [0.9, 0.95]),
 ])
