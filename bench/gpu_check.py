@@ -202,7 +202,7 @@ def update_settings(micro: int) -> s.ActorUpdateSettings:
 
 def generate_settings(n: int, response: int, keep: bool = True) -> s.GenerateSettings:
     return s.GenerateSettings(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=response, keep_log_probs=keep,
-                              max_sequences=None, env=None)
+                              env=None)
 
 
 def prompts(count: int, length: int, vocab: int) -> list[dict[str, Any]]:

@@ -35,8 +35,8 @@ def main() -> None:
         engine="hf", n=args.n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, tp=1, memory_fraction=0.5,
         max_sequences=None, dtype="float32", val=val), seed=args.seed)
     rollout = policy.generate(RLDataset(make_rows("val"), policy.tokenizer).items, settings=s.GenerateSettings(
-        n=args.n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, keep_log_probs=False, max_sequences=None,
-        env=None), seed=args.seed)
+        n=args.n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, keep_log_probs=False, env=None),
+        seed=args.seed)
     judge = JudgeWorker(resolve_model_path("builtin:arith-gpt-teacher"), s.JudgeSettings(
         engine="hf", template="{{ prompt }}", parser="rlgraph.tasks.arith_judge:same_answer", base_dir=".",
         max_new_tokens=4, temperature=0.0, max_sequences=None, memory_fraction=0.5, dtype="float32",

@@ -52,8 +52,7 @@ out = {}
 for path in sys.argv[1:]:
     spec = rlgraph.compile(path)
     plan = spec.plan()
-    stages = {name: m["path"][4:] for name, m in plan.models.items()
-              if str(m.get("path") or "").startswith("run:")}
+    stages = {name: m.path[4:] for name, m in plan.models.items() if (m.path or "").startswith("run:")}
     out[path] = {"ok": spec.ok, "devices": sorted({p.device for p in plan.pools}), "stages": stages}
 print(json.dumps(out))
 """

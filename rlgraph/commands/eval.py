@@ -184,13 +184,14 @@ def eval_settings(plan, *, data: list[str], reward: str | None, n: int | None, t
         val = s.ValSettings(1, 0.0, default(rollout_keys, "top_p"), default(rollout_keys, "top_k"))
         sampled_temperature = default(rollout_keys, "temperature")
         generate = s.GenerateSettings(1, 0.0, val.top_p, val.top_k, default(rollout_keys, "max_new_tokens"),
-                                      keep_log_probs=False, max_sequences=None, env=None)
+                                      keep_log_probs=False, env=None)
         base = EvalSettings(data=(), reward_name=reward, reward_fn=reward, reward=reward_defaults, plan=None,
                             max_prompt_length=default(data_keys, "max_prompt_length"),
                             batch_size=default(data_keys, "val_batch_size"), generate=generate, val=val,
                             engine=default(rollout_keys, "engine"),
                             dtype=TORCH_DTYPES[default(rollout_keys, "dtype")], device=None,
                             memory_fraction=default(rollout_keys, "memory_fraction"),
+                            max_sequences=default(rollout_keys, "max_sequences"),
                             seed=default(BLOCKS["train"].keys, "seed"))
     else:
         base, sampled_temperature = _from_plan(plan, reward_defaults)
@@ -238,7 +239,8 @@ def _from_plan(plan, reward_defaults) -> tuple[Any, float]:
         plan=plan, max_prompt_length=plan.data.max_prompt_length,
         batch_size=plan.data.val_batch_size, generate=call.settings, val=rollout.settings.val,
         engine=rollout.settings.engine, dtype=generating.settings.dtype, device="cuda" if device == "gpu" else "cpu",
-        memory_fraction=rollout.settings.memory_fraction, seed=plan.train.seed)
+        memory_fraction=rollout.settings.memory_fraction, max_sequences=rollout.settings.max_sequences,
+        seed=plan.train.seed)
     val = rollout.settings.val
     return settings, val.temperature if val.n > 1 else rollout.settings.temperature
 
@@ -262,7 +264,8 @@ def _from_supervised_plan(plan, reward_defaults) -> tuple[Any, float]:
         plan=plan, max_prompt_length=plan.data.max_prompt_length, batch_size=plan.data.val_batch_size,
         generate=answers, val=s.ValSettings(1, 0.0, answers.top_p, answers.top_k), engine="hf",
         dtype=actor.settings.dtype, device="cuda" if device == "gpu" else "cpu",
-        memory_fraction=ROLE_KEYS["rollout"]["memory_fraction"].default, seed=plan.train.seed)
+        memory_fraction=ROLE_KEYS["rollout"]["memory_fraction"].default,
+        max_sequences=ROLE_KEYS["rollout"]["max_sequences"].default, seed=plan.train.seed)
     return settings, 1.0
 
 
@@ -273,7 +276,7 @@ def _settings_json(settings) -> dict[str, Any]:
     generate = settings.generate
     return {"n": settings.val.n, "temperature": settings.val.temperature, "top_p": settings.val.top_p,
             "top_k": settings.val.top_k, "max_new_tokens": generate.max_new_tokens,
-            "max_sequences": generate.max_sequences, "env": generate.env.name if generate.env else None,
+            "max_sequences": settings.max_sequences, "env": generate.env.name if generate.env else None,
             "max_prompt_length": settings.max_prompt_length, "batch_size": settings.batch_size,
             "dtype": settings.dtype, "device": settings.device, "seed": settings.seed,
             "pass_score": settings.pass_score, "reward_guards": asdict(settings.reward)}

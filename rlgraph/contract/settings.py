@@ -168,7 +168,8 @@ class GenerateSettings:
     top_k: int
     max_new_tokens: int
     keep_log_probs: bool  # `-> responses, log_prob`: keep each sampled token's log-prob
-    max_sequences: int | None  # the rollout's: the most sequences one engine call generates at once; None = all
+    # (no max_sequences: the limit is the rollout's, RolloutSettings.max_sequences, given to its engine once where
+    # the engine is built)
     # `generate(env = NAME)`: episodes of several turns with that environment; max_new_tokens is then the
     # whole response (the model's turns and the environment's replies); None: one turn
     env: EnvSettings | None
@@ -375,8 +376,8 @@ class DataSettings:
 class ModelSettings:
     """A model block: where its weights are, and the size and shape keys the spec wrote. A shape key of None
     was not written: the memory estimate and the plan's checks take config.json's or the built-in table's.
-    Resolved once at planning for the planner's reads; not in plan.json (Plan.models keeps the block's values
-    as written, so the plan hash is that of the spec)."""
+    Resolved once at planning; Plan.models holds them (plan.json's `models`), so the plan hash changes exactly
+    when the block's values do."""
 
     name: str
     path: str | None  # None only where the required key is missing (reported by the compiler)
@@ -429,7 +430,7 @@ TRANSFORM_SETTINGS: dict[str, type] = {
 
 SETTINGS_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (
     NoSettings, GenerateSettings, LogProbSettings, ForwardSettings, ActorUpdateSettings, CriticUpdateSettings,
-    UserFunctionSettings, EnvSettings,
+    UserFunctionSettings, EnvSettings, ModelSettings,
     *ROLE_SETTINGS.values(), *TRANSFORM_SETTINGS.values(), TrainSettings, DataSettings, RewardSettings, ValSettings,
 )}
 

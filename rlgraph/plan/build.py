@@ -43,12 +43,12 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
         checked = _unless_invalid(lambda: plan_checks(program, plan.pools, plan.roles, plan.placements,
                                                       diagnostics + placed, models), [])
         diagnostics += placed + estimated + _unless_invalid(lambda: check_tokenizers(program, models), []) + checked
-        # a reward or env with a wrong value (reported) is left out, as data and train are: shown with the
+        # a reward, model or env with a wrong value (reported) is left out, as data and train are: shown with the
         # default in its place, it would show settings the user never wrote; a call that names it has none either
         plan.rewards = {name: decl.values.get("fn") for name, decl in program.rewards.items()
                         if "fn" not in getattr(decl.values, "invalid", ())}
         plan.reward_settings = _resolved(program.rewards, lambda decl: reward_settings(decl.values))
-        plan.models = {name: dict(decl.values) for name, decl in program.models.items()}
+        plan.models = {name: model for name, model in models.items() if model is not None}
         plan.envs = _resolved(program.envs, lambda decl: env_settings(program, decl))
         plan.train = _or_none(lambda: train_settings(program))
     if graph is not None:
@@ -60,7 +60,7 @@ def plan_spec(compilation: Compilation) -> tuple[Plan, list[Diagnostic]]:
             if generate else None
         plan.calls = [CallPlan(c.id, c.label, c.kind, c.target, c.method, c.role_kind,
                                [list(port) for port in c.inputs], [list(port) for port in c.outputs],
-                               dict(c.kwargs), stage_of.get(c.id, 0),
+                               stage_of.get(c.id, 0),
                                _or_none(lambda c=c: call_settings(c, roles, replicas, rollout, plan.envs, graph.producer)))
                       for c in graph.calls()]
         plan.syncs = [[s.source, s.target] for s in graph.syncs]

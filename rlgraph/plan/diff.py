@@ -5,7 +5,11 @@
     plan_hash(plan)      sha256 of what is trained (not the spec's path, diagnostics, estimates or schedule)
 
 Plain data in, plain data out: reads plan dicts of older and newer schemas alike (a role's values under
-"settings" and/or the older "config", a call's under "settings" and/or "kwargs").
+"settings" and/or the older "config"; a call's under "settings"). A plan of version 3 is read as its
+upgraded form (rlgraph/plan/migrate.py): its calls' kwargs, raw models and generate `max_sequences` are as the
+version-4 plan of the same spec holds them, so a run directory of the previous release resumes with no change
+and `plan_hash` of its plan.json is that of the version-4 plan. (The hashes a previous release wrote into
+history.jsonl are of the version-3 form, and differ.)
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Iterator
+
+from rlgraph.plan.migrate import upgrade
 
 # Changes a resumed run takes without --accept-changes: they make the run longer or change what is
 # watched (validation, checkpoints), never the update a step makes, so the weights up to the checkpoint
@@ -96,14 +102,14 @@ def _show(value: Any) -> str:
 
 def flatten(plan: dict[str, Any]) -> dict[str, Any]:
     """{dotted key: value} of everything a plan trains with; whole things as `role <name>` etc. -> True."""
-    plan = _without_locations(json.loads(json.dumps(plan, default=str)))  # tuples as lists, as in a plan.json
+    plan = _without_locations(json.loads(json.dumps(upgrade(plan), default=str)))  # tuples as lists, as in plan.json
     out: dict[str, Any] = {}
     for pool in plan.get("pools") or []:
         out[f"pool {pool['name']}"] = True
         out.update(_dotted(f"pools.{pool['name']}", {k: v for k, v in pool.items() if k != "name"}))
     for name, model in (plan.get("models") or {}).items():
         out[f"model {name}"] = True
-        out.update(_dotted(f"models.{name}", model))
+        out.update(_dotted(f"models.{name}", {k: v for k, v in model.items() if k != "name"}))
     for role in plan.get("roles") or []:
         name = role["name"]
         out[f"role {name}"] = True
@@ -121,16 +127,15 @@ def flatten(plan: dict[str, Any]) -> dict[str, Any]:
         out[f"step {label}"] = True
         what = call["target"] + (f".{call['method']}" if call.get("method") else "")
         out[f"step.{label}.call"] = f"{call['kind']} {what}"
-        out.update(_dotted(f"step.{label}", _values(call, "kwargs")))
+        out.update(_dotted(f"step.{label}", call.get("settings") or {}))
     out.update(_dotted("data", plan.get("data") or {}))
     out.update(_dotted("train", plan.get("train") or {}))
     return out
 
 
 def _values(row: dict[str, Any], older: str) -> dict[str, Any]:
-    """A role's or call's values: the resolved "settings", and the values under the older key ("config",
-    "kwargs") where a plan has them too: a call's kwargs are as the user wrote them (`clip`), its settings
-    what the runtime reads (`clip_low`, `clip_high`, `mini_batch_size`), and both can change."""
+    """A role's values: the resolved "settings", and the values under the older key ("config") where a plan
+    has them too."""
     return {**(row.get("settings") or {}), **(row.get(older) or {})}
 
 
@@ -159,8 +164,9 @@ def render_diff(changes: list[Change]) -> str:
 
 
 def plan_hash(plan: dict[str, Any]) -> str:
-    """sha256 of the plan's canonical JSON without the fields in NOT_TRAINED."""
-    kept = {k: v for k, v in plan.items() if k not in NOT_TRAINED}
+    """sha256 of the plan's canonical JSON without the fields in NOT_TRAINED; a version-3 plan's is that of its
+    upgraded form (the version-4 plan of the same spec)."""
+    kept = {k: v for k, v in upgrade(plan).items() if k not in NOT_TRAINED}
     canonical = json.dumps(_without_locations(json.loads(json.dumps(kept, default=str))), sort_keys=True,
                            separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

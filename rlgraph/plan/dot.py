@@ -11,7 +11,7 @@ any cluster.
 from __future__ import annotations
 
 from rlgraph.plan.model import DRIVER, Plan
-from rlgraph.plan.view import DATA, KIND_COLORS, call_color, flows
+from rlgraph.plan.view import DATA, KIND_COLORS, call_arguments, call_color, flows
 
 
 def quote(text: str) -> str:
@@ -50,8 +50,8 @@ def render_dot(plan: Plan) -> str:
              "  edge [fontname=\"Helvetica\", fontsize=9, color=\"#5f6b7a\", fontcolor=\"#333333\"];"]
 
     def node(call, indent: str) -> str:
-        kwargs = ", ".join(f"{k}={v}" for k, v in call.kwargs.items() if v is not None)
-        label = call.label + (f"\n({kwargs})" if kwargs and len(kwargs) < 60 else "")
+        arguments = ", ".join(f"{k}={v}" for k, v in call_arguments(plan, call).items())
+        label = call.label + (f"\n({arguments})" if arguments and len(arguments) < 60 else "")
         return (f"{indent}{quote(call.id)} [label={quote(label)}, fillcolor={quote(call_color(plan, call))}, "
                 f"tooltip={quote('stage ' + str(call.stage))}];")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rlgraph.plan.model import Plan
-from rlgraph.plan.view import DATA, KIND_COLORS, call_color, call_where, env_of, flows
+from rlgraph.plan.view import DATA, KIND_COLORS, call_arguments, call_color, call_where, env_of, flows
 
 BOX_W, BOX_H = 156, 50
 DATA_W = 84  # the data source's box is narrower
@@ -89,11 +89,11 @@ def layout(plan: Plan) -> Layout:
         boxes[DATA] = Box(DATA, "data", "prompts", KIND_COLORS["data"], 0, w=DATA_W,
                           tooltip="the data loader's batch")
     for call in plan.calls:
-        kwargs = ", ".join(f"{k}={v}" for k, v in call.kwargs.items() if v is not None)
+        arguments = ", ".join(f"{k}={v}" for k, v in call_arguments(plan, call).items())
         env = env_of(call)
         sub = where.get(call.id, "") + (f" · env {env.name}" if env is not None else "")
         boxes[call.id] = Box(call.id, call.label, sub, call_color(plan, call), max(call.stage, 1),
-                             tooltip=f"{call.label} · stage {call.stage}" + (f" · {kwargs}" if kwargs else ""))
+                             tooltip=f"{call.label} · stage {call.stage}" + (f" · {arguments}" if arguments else ""))
     # outputs drawn on the producer: one label per field, in port order
     out_fields: dict[str, list[str]] = {}
     for source, _, name in edges:

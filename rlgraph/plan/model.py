@@ -3,7 +3,9 @@
 `rlgraph plan` prints it; `rlgraph run` writes it to the run directory and
 consumes it. Nothing in the runtime imports the parser: a Plan (or plan.json)
 is all it needs. Every field is JSON-serialisable; the schema is documented in
-docs/plan.md and versioned by `version`.
+docs/plan.md and versioned by `version`. Each fact is held once, typed: a call's settings (no spec arguments
+beside them), a model's ModelSettings. A plan.json of the previous version is read through
+rlgraph/plan/migrate.py `upgrade`.
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlgraph.contract.methods import call_settings_class
-from rlgraph.contract.settings import (ROLE_SETTINGS, DataSettings, EnvSettings, RewardSettings, TrainSettings,
-                                       settings_from_dict, settings_to_dict)
+from rlgraph.contract.settings import (ROLE_SETTINGS, DataSettings, EnvSettings, ModelSettings, RewardSettings,
+                                       TrainSettings, settings_from_dict, settings_to_dict)
+from rlgraph.plan.migrate import upgrade
 
 _SPEC_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-PLAN_VERSION = 3  # 2: typed, resolved settings for roles, calls, data and train; 3: environments (envs, generate env)
+# 2: typed, resolved settings for roles, calls, data and train; 3: environments (envs, generate env);
+# 4: one representation of each fact: no call `kwargs` beside its settings, `models` typed (ModelSettings), no
+# `max_sequences` in a generate call's settings (the rollout's, given to its engine once). 3 is read too (migrate.py).
+PLAN_VERSION = 4
 DRIVER = "driver"  # the process that runs transforms (kl_penalty, gae, ...) and rule rewards
 
 
@@ -78,9 +84,11 @@ class CallPlan:
     role_kind: str | None
     inputs: list[list[str]]  # [port, field]
     outputs: list[list[str]]
-    kwargs: dict[str, Any]  # as the spec gives them, defaults filled: for people (plan text, diffs)
     stage: int
-    settings: Any = None  # resolved, typed (rlgraph.contract.settings): what the runtime reads
+    # resolved, typed (rlgraph.contract.settings, the class `call_settings_class` names): what the runtime reads
+    # and what renderers show (view.call_arguments); None only where a value the spec wrote wrongly (reported)
+    # left it unresolved
+    settings: Any = None
 
 
 @dataclass
@@ -120,7 +128,8 @@ class Plan:
     memory: list[MemoryRow] = field(default_factory=list)
     data: DataSettings | None = None  # None only in a plan of a spec without a data block (an error)
     train: TrainSettings | None = None
-    models: dict[str, dict[str, Any]] = field(default_factory=dict)  # model name -> its block's values
+    # model name -> its block's settings; a model block with a wrong value (reported) is left out, as a reward is
+    models: dict[str, ModelSettings] = field(default_factory=dict)
     # env name -> the declared environment; a generate call that uses one holds it in its settings' `env`
     envs: dict[str, EnvSettings] = field(default_factory=dict)
     diagnostics: list[dict[str, Any]] = field(default_factory=list)
@@ -157,6 +166,7 @@ class Plan:
         for name in ("data", "train"):
             value = getattr(self, name)
             data[name] = None if value is None else settings_to_dict(value)
+        data["models"] = {name: settings_to_dict(model) for name, model in self.models.items()}
         data["envs"] = {name: settings_to_dict(env) for name, env in self.envs.items()}
         return {"version": data.pop("version"), **data}
 
@@ -165,9 +175,10 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Plan":
-        data = dict(data)
+        """A plan dict of this version, or of version 3 (a run directory of the previous release: upgraded)."""
+        data = upgrade(data)
         if data.get("version") != PLAN_VERSION:
-            raise ValueError(f"plan version {data.get('version')} is not supported (expected {PLAN_VERSION})")
+            raise ValueError(f"plan version {data.get('version')} is not supported (expected {PLAN_VERSION} or 3)")
         return cls(
             spec=data["spec"],
             pools=[PoolPlan(**p) for p in data["pools"]],
@@ -184,7 +195,7 @@ class Plan:
             memory=[MemoryRow(**m) for m in data["memory"]],
             data=None if data["data"] is None else settings_from_dict(DataSettings, data["data"]),
             train=None if data["train"] is None else settings_from_dict(TrainSettings, data["train"]),
-            models=data["models"],
+            models={name: settings_from_dict(ModelSettings, value) for name, value in data["models"].items()},
             # a plan written before environments existed has none
             envs={name: settings_from_dict(EnvSettings, value) for name, value in data.get("envs", {}).items()},
             diagnostics=data["diagnostics"],

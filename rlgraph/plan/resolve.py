@@ -211,7 +211,7 @@ def generate_settings(call: CallNode, role: s.RolloutSettings | None,
     temperature = kw["temperature"] if kw.get("temperature") is not None else role.temperature
     env = envs[kw["env"]] if kw.get("env") is not None else None
     return s.GenerateSettings(n, temperature, role.top_p, role.top_k, role.max_new_tokens,
-                              keep_log_probs=len(call.outputs) > 1, max_sequences=role.max_sequences, env=env)
+                              keep_log_probs=len(call.outputs) > 1, env=env)
 
 
 def env_settings(program: Program, env: Decl) -> s.EnvSettings:

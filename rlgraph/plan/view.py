@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from rlgraph.contract.settings import EnvSettings
 from rlgraph.plan.model import DRIVER, MemoryRow, Placement, Plan
 
 # One colour per role kind (and for the driver's calls), used by every renderer.
@@ -248,4 +250,30 @@ def call_notes(plan: Plan) -> dict[str, str]:
         if env is not None:
             out[call.id] = (f"multi-turn: up to {env.max_turns} turn{'s' * (env.max_turns != 1)} with env {env.name} "
                             f"({env.workers} process{'es' * (env.workers != 1)})")
+    return out
+
+
+def call_arguments(plan: Plan, call) -> dict[str, Any]:
+    """The keyword arguments the spec gave the call, read off its typed settings (the Plan's one representation
+    of a call), in its signature's order: `gae(gamma = 1.0, lam = 0.95)`, `rollout.generate(n = 1,
+    temperature = 0.0)`. Defaults are shown as values; left out are those unset (None) and those the call takes
+    from its role (a keyword the signature leaves unset whose value is the role's setting of that name: a
+    generate's `n`, a forward pass's `micro_batch`), as the spec did not write them on the call. `clip` shows as
+    the `clip_low` and `clip_high` it resolves to; a declared transform's are its `args`; an environment is named."""
+    from rlgraph.compiler.builtins import ROLE_METHODS, TRANSFORMS  # the spec language's signatures
+
+    settings = call.settings
+    if settings is None:
+        return {}
+    if call.kind == "transform" and call.target not in TRANSFORMS:  # a declared transform
+        return {name: value for name, value in getattr(settings, "args", {}).items() if value is not None}
+    signature = ROLE_METHODS.get(call.role_kind or "", {}).get(call.method or "") if call.kind == "role" else \
+        TRANSFORMS.get(call.target)
+    role = next((r.settings for r in plan.roles if r.name == call.target), None) if call.kind == "role" else None
+    out: dict[str, Any] = {}
+    for name, key in (signature.kwargs.items() if signature is not None else ()):
+        value = getattr(settings, name, None)
+        inherited = key.default is None and role is not None and getattr(role, name, None) == value
+        if value is not None and not inherited:
+            out[name] = value.name if isinstance(value, EnvSettings) else value
     return out

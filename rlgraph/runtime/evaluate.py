@@ -52,7 +52,7 @@ def validation_reward(plan: Plan) -> str | None:
 
 def validation_sampling(generate: GenerateSettings, val: ValSettings) -> tuple[GenerateSettings, GenerateSettings | None]:
     """(one answer per prompt, n answers per prompt or None): the step's generate settings (its environment, its
-    max_new_tokens, its max_sequences) with validation's sampling. The one answer is greedy, unless val.n = 1
+    max_new_tokens) with validation's sampling. The one answer is greedy, unless val.n = 1
     with a temperature; the n answers (val.n > 1) are sampled at val's temperature."""
     sampling = dataclasses.replace(generate, keep_log_probs=False, temperature=val.temperature, top_p=val.top_p,
                                    top_k=val.top_k)
@@ -107,7 +107,7 @@ def demonstration_answers(max_response_length: int) -> GenerateSettings:
     answer per prompt, at most as many tokens as the longest demonstration it trains on (data.max_response_length,
     EOS included), one turn."""
     return GenerateSettings(n=1, temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=max_response_length,
-                            keep_log_probs=False, max_sequences=None, env=None)
+                            keep_log_probs=False, env=None)
 
 
 def pass_at_k(scores: Sequence[Sequence[float]], k: int, pass_score: float) -> float:
@@ -143,12 +143,13 @@ class EvalSettings:
     # its environments (the tools a chat template renders into the prompts), its user functions; None: no spec
     max_prompt_length: int  # longer prompts are left out (data.max_prompt_length)
     batch_size: int  # prompts per generate call (data.val_batch_size)
-    generate: GenerateSettings  # max_new_tokens, max_sequences, env; the sampling comes from `val`
+    generate: GenerateSettings  # max_new_tokens, env; the sampling comes from `val`
     val: ValSettings  # n, temperature, top_p, top_k (`rlgraph eval --n K --temperature T`)
     engine: str  # a name of rlgraph/contract/engines.py ENGINES
     dtype: str  # torch name: float32, bfloat16, float16
     device: str | None  # "cpu", "cuda"; None: the engine's default (a GPU if there is one)
     memory_fraction: float  # of the device, for an engine that takes one (vLLM on a GPU)
+    max_sequences: int | None  # the rollout's: the most sequences the engine generates at once; None = its own
     seed: int = 0
     ks: tuple[int, ...] = ()  # pass@k for each k (each at most val.n); () with n > 1: k = n
     pass_score: float = 1.0  # an answer passes when it scores at least this
@@ -211,7 +212,7 @@ def evaluate(model_folder: str, settings: EvalSettings, log: Callable[[str], Non
         try:
             engine = engine_cls.from_pretrained(model_folder, dtype=settings.dtype, device=settings.device,
                                                 memory_fraction=settings.memory_fraction, tp=1,
-                                                max_sequences=settings.generate.max_sequences)
+                                                max_sequences=settings.max_sequences)
         except (OSError, ValueError) as err:
             raise RunError(f"the model in {model_folder} does not load with the {settings.engine} engine: "
                            f"{type(err).__name__}: {err}") from None

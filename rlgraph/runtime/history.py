@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from rlgraph.plan.diff import Change, diff_plans, plan_hash, render_diff
+from rlgraph.plan.migrate import upgrade
 from rlgraph.runtime.disk import writing
 from rlgraph.runtime.errors import RunError
 
@@ -56,7 +57,9 @@ def record_start(run_dir: Path, plan: dict[str, Any], checkpoint: Checkpoint | N
         "accepted_changes": [],
         "warnings": list(warnings),
     }
+    # a plan of the previous version as this one writes it (rlgraph/plan/migrate.py): compared field for field
     trained_with = checkpoint.plan() if checkpoint else None
+    trained_with = upgrade(trained_with) if trained_with is not None else None
     if checkpoint is not None and trained_with is None:
         log(f"note: {checkpoint.path} has no plan.json (written by an older rlgraph), so this plan cannot be "
             "compared with the one it was trained with; resuming")

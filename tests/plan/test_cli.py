@@ -24,7 +24,7 @@ def test_every_shipped_spec_plans_cleanly(path, fmt, capsys):
     assert out.out.strip()
     assert "error[" not in out.err
     if fmt == "json":
-        assert json.loads(out.out)["version"] == 3
+        assert json.loads(out.out)["version"] == 4
 
 
 def _check_2x8(plan: dict, nodes: set[int]) -> None:

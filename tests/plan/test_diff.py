@@ -56,7 +56,7 @@ def test_keys_are_those_a_user_writes(ppo):
     flat = flatten(ppo)
     assert flat["actor.optim.lr"] == 1e-4
     assert flat["actor.replicas"] == 1 and flat["critic.colocate"] == "actor"
-    assert flat["step.actor.update.clip"] == 0.2
+    assert flat["step.actor.update.clip_low"] == flat["step.actor.update.clip_high"] == 0.2
     assert flat["step.gae.lam"] == 0.95
     assert flat["data.batch_size"] == 32 and flat["train.seed"] == 0
     assert flat["models.policy.path"] == "builtin:arith-gpt"
@@ -75,7 +75,9 @@ def test_a_call_argument_shows_as_step_label_key(ppo, tmp_path):
     text = (REPO / "specs" / "ppo_arith.rl").read_text()
     (tmp_path / "ppo_arith.rl").write_text(text.replace("actor.update(clip = 0.2", "actor.update(clip = 0.3"))
     plan, _ = plan_spec(compile_spec(str(tmp_path / "ppo_arith.rl")))
-    assert "step.actor.update.clip: 0.2 -> 0.3" in lines(ppo, json.loads(plan.to_json()))
+    # a call's values are its settings': `clip` is the two sides it resolves to
+    assert lines(ppo, json.loads(plan.to_json())) == ["step.actor.update.clip_low: 0.2 -> 0.3",
+                                                      "step.actor.update.clip_high: 0.2 -> 0.3"]
 
 
 def test_only_changes_that_extend_or_observe_the_run_are_resume_safe(ppo):
@@ -96,18 +98,28 @@ def test_grpo_against_ppo_names_roles_and_calls_added_and_removed(ppo):
     assert got.index("- role critic") < got.index("rollout.n: 4 -> 8")  # structure first
 
 
-def test_reads_values_under_settings_or_the_older_config_and_kwargs(ppo):
+def test_reads_role_values_under_settings_or_the_older_config(ppo):
     older, newer = copy.deepcopy(ppo), copy.deepcopy(ppo)
-    for old, new in zip(older["roles"] + older["calls"], newer["roles"] + newer["calls"]):
-        key = "config" if "name" in old else "kwargs"
-        values = old.pop("settings", None) or old.get(key) or {}
-        old[key] = values
-        new.pop(key, None)
-        new["settings"] = copy.deepcopy(values)
+    for old in older["roles"]:
+        old["config"] = old.pop("settings")
     assert diff_plans(older, newer) == []
     older["roles"][0]["config"]["optim"]["lr"] = 3e-4
-    next(c for c in older["calls"] if c["label"] == "actor.update")["kwargs"]["epochs"] = 4
-    assert lines(older, newer) == ["actor.optim.lr: 0.0003 -> 0.0001", "step.actor.update.epochs: 4 -> 2"]
+    assert lines(older, newer) == ["actor.optim.lr: 0.0003 -> 0.0001"]
+
+
+def test_a_version_3_plan_is_compared_as_upgraded(ppo):
+    """The previous release's plan.json: its calls' kwargs and generate max_sequences, and its raw model values,
+    are read as version 4 holds them (rlgraph/plan/migrate.py): no change, and a changed setting still shows."""
+    older = copy.deepcopy(ppo)
+    older["version"] = 3
+    for call in older["calls"]:
+        call["kwargs"] = {"clip": 0.3} if call["label"] == "actor.update" else {}
+        if call["method"] == "generate":
+            call["settings"]["max_sequences"] = None
+    older["models"] = {name: {k: v for k, v in m.items() if k != "name"} for name, m in older["models"].items()}
+    assert diff_plans(older, ppo) == [] and plan_hash(older) == plan_hash(ppo)
+    next(c for c in older["calls"] if c["label"] == "actor.update")["settings"]["epochs"] = 4
+    assert lines(older, ppo) == ["step.actor.update.epochs: 4 -> 2"]
 
 
 def test_a_change_serialises_without_the_absent_side():

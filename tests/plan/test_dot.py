@@ -140,3 +140,25 @@ def test_graphviz_accepts_it():
     done = subprocess.run(["dot", "-Tsvg"], input=text, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "<svg" in done.stdout
+
+
+def test_a_calls_arguments_are_read_off_its_settings():
+    """view.call_arguments, what the dot labels and html tooltips show: the signature's keywords from the call's
+    settings, defaults shown, unset ones and those the call takes from its role left out."""
+    from rlgraph.compiler import compile_spec
+    from rlgraph.plan.build import build_plan
+    from rlgraph.plan.view import call_arguments
+
+    def arguments(spec: str) -> dict:
+        plan = build_plan(compile_spec(str(REPO / "specs" / spec)))
+        return {c.id: call_arguments(plan, c) for c in plan.calls}
+
+    remax = arguments("remax_arith.rl")
+    assert remax["rollout.generate"] == {}  # n and temperature are the rollout's
+    assert remax["rollout.generate#2"] == {"n": 1, "temperature": 0.0}
+    assert remax["exact"] == {}  # a rule reward takes none
+    update = arguments("dapo_arith.rl")["actor.update"]
+    assert update["clip_low"] == 0.2 and update["clip_high"] == 0.28 and "clip" not in update
+    assert arguments("custom_transform_arith.rl")["leave_one_out"] == {"baseline_weight": 1.0}  # a declared one's args
+    assert arguments("grpo_arith_tool.rl")["rollout.generate"] == {"env": "calc"}
+    assert arguments("ppo_arith.rl")["gae"] == {"gamma": 1.0, "lam": 0.95}

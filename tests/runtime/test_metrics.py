@@ -8,7 +8,7 @@ from rlgraph.workers import Rollout
 
 
 def _call(kind, role_kind=None, method=None):
-    return CallPlan("x", "x", kind, "t", method, role_kind, [], [], {}, 1)
+    return CallPlan("x", "x", kind, "t", method, role_kind, [], [], 1)
 
 
 def test_timing_names_follow_verl():

@@ -85,3 +85,32 @@ def test_a_checkpoint_without_its_manifest_is_not_resumed_from(run_cli, run_dir)
     assert code == 1, out
     assert "no complete checkpoint" in out and "step_2 has no manifest.json" in out and "--no-resume" in out
     assert "ray:" not in out and "Traceback" not in out
+
+
+def test_a_run_directory_of_plan_version_3_resumes_without_a_change(run_cli, run_dir):
+    """The previous release wrote plan version 3 (calls' kwargs beside their settings, raw model values, a
+    generate call's max_sequences): resuming its run directory with the same spec finds no change but the longer
+    run (rlgraph/plan/migrate.py), and the new history entry's hash is that of the same plan."""
+    import hashlib
+
+    checkpoint = run_dir / "checkpoints" / "step_2"
+    for file in (run_dir / "plan.json", checkpoint / "plan.json"):
+        plan = json.loads(file.read_text())
+        plan["version"] = 3
+        for call in plan["calls"]:
+            call["kwargs"] = {}
+            if call["method"] == "generate":
+                call["settings"]["max_sequences"] = None
+        plan["models"] = {name: {k: v for k, v in m.items() if k != "name"} for name, m in plan["models"].items()}
+        file.write_text(json.dumps(plan, indent=2) + "\n")
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    data = (checkpoint / "plan.json").read_bytes()
+    manifest["files"]["plan.json"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
+
+    code, out = run_cli(PPO, "--output", run_dir, *fast(steps=3))
+    assert code == 0, out
+    last = read_history(run_dir)[-1]
+    assert last["start"] == "resumed" and last["accepted_changes"] == []
+    assert last["plan_changes"] == [{"key": "train.steps", "old": 2, "new": 3}]
+    assert json.loads((run_dir / "plan.json").read_text())["version"] == 4

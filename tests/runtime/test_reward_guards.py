@@ -96,7 +96,7 @@ def test_an_allowed_share_of_unscored_rows_is_counted_and_left_out_of_the_estima
     # GAE (a critic): an unscored row's return is its own value, so the critic learns nothing false from it
     values = torch.randn(ROWS, 3, generator=torch.Generator().manual_seed(0))
     gae_call = CallPlan("gae", "gae", "transform", "gae", None, None, [["rewards", "rw"], ["values", "v"]],
-                        [["advantages", "a"], ["returns", "r"]], {}, 3, GaeSettings(gamma=1.0, lam=0.95))
+                        [["advantages", "a"], ["returns", "r"]], 3, GaeSettings(gamma=1.0, lam=0.95))
     est = calls.run(gae_call, {"rewards": out["scores"], "values": values}, batch)[0]
     expected_adv, expected_ret = gae(out["scores"][keep], values[keep], batch.loss_mask[keep], 1.0, 0.95)
     assert torch.allclose(est["advantages"][keep], expected_adv) and torch.allclose(est["returns"][keep], expected_ret)

@@ -23,7 +23,7 @@ def cpu_specs(engine: str | None = None) -> list[str]:
     out = []
     for path in sorted(SPECS.glob("*_arith*.rl")):
         plan = build_plan(compile_spec(str(path)))
-        staged = any(is_stage(str(m.get("path", ""))) for m in plan.models.values())
+        staged = any(is_stage(m.path or "") for m in plan.models.values())
         supervised = not any(c.kind == "role" and c.method == "generate" for c in plan.calls)
         if plan.ok and all(p.device == "cpu" for p in plan.pools) and not staged and not supervised:
             engines = {r.settings.engine for r in plan.roles if r.kind == "rollout"}

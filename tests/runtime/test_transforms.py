@@ -22,8 +22,7 @@ def test_grpo_groups_by_the_rollouts_uid():
 def test_adaptive_kl_coefficient_moves_and_is_checkpointed():
     plan = grpo_plan()
     plan.calls.append(CallPlan("kl_penalty", "kl_penalty", "transform", "kl_penalty", None, None,
-                               [["scores", "s"], ["log_prob", "l"], ["ref_log_prob", "r"]], [["rewards", "rw"]],
-                               {"kind": "k1", "coef": 0.1, "target": 0.01, "horizon": 100}, 3,
+                               [["scores", "s"], ["log_prob", "l"], ["ref_log_prob", "r"]], [["rewards", "rw"]], 3,
                                KlPenaltySettings(kind="k1", coef=0.1, target=0.01, horizon=100)))
     calls = DriverCalls(plan, {})
     rollout = _rollout()
@@ -65,10 +64,10 @@ def test_gae_and_grpo_skip_the_tokens_an_environment_inserted():
     rewards, values = rewards.masked_fill(inserted, 5.0), values.masked_fill(inserted, -9.0)
     calls = DriverCalls(SimpleNamespace(calls=[]), {})
     gae_call = CallPlan("gae", "gae", "transform", "gae", None, None, [["rewards", "rw"], ["values", "v"]],
-                        [["advantages", "a"], ["returns", "r"]], {"gamma": 0.9, "lam": 0.95}, 3,
+                        [["advantages", "a"], ["returns", "r"]], 3,
                         settings=GaeSettings(gamma=0.9, lam=0.95))
     grpo_call = CallPlan("grpo_advantage", "grpo_advantage", "transform", "grpo_advantage", None, None,
-                         [["rewards", "rw"]], [["advantages", "a"]], {"epsilon": 1e-6, "norm_by_std": True}, 3,
+                         [["rewards", "rw"]], [["advantages", "a"]], 3,
                          settings=GrpoSettings(epsilon=1e-6, norm_by_std=True))
 
     out, _ = calls.run(gae_call, {"rewards": rewards, "values": values}, rollout)

@@ -78,7 +78,7 @@ _REWARD_MODEL = s.RewardModelSettings(dtype="float32", micro_batch=None, micro_b
 _ROLLOUT = s.RolloutSettings(engine="hf", n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, tp=1,
                              memory_fraction=0.5, max_sequences=None, dtype="float32", val=s.ValSettings(n=1, temperature=0.0, top_p=1.0, top_k=0))
 _GENERATE = s.GenerateSettings(n=1, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, keep_log_probs=False,
-                               max_sequences=None, env=None)
+                               env=None)
 _LOG_PROB = s.LogProbSettings(temperature=1.0, micro_batch=None, micro_batch_tokens=None)
 _FORWARD = s.ForwardSettings(micro_batch=None, micro_batch_tokens=None)
 _UPDATE = s.ActorUpdateSettings(epochs=1, minibatch=None, mini_batch_size=None, micro_batch=None,

@@ -78,17 +78,13 @@ def test_the_rollouts_setting_reaches_the_engine_where_it_is_built(tiny_model_di
     worker = RolloutWorker(tiny_model_dir, rollout_settings(max_sequences=3), seed=0, device="cpu")
     batches = count_rows(worker.engine, monkeypatch)
     items = [{"input_ids": ids} for ids in PROMPTS]
-    rollout = worker.generate(items, settings=generate_settings(n=2, max_sequences=3, temperature=0.0), seed=0)
-    assert batches == [3, 3, 2] and len(rollout) == 8
-    batches.clear()
-    # the call's copy of the limit is not read: the engine has the one it was built with
-    worker.generate(items, settings=generate_settings(n=2, max_sequences=None, temperature=0.0), seed=0)
-    assert batches == [3, 3, 2]
+    rollout = worker.generate(items, settings=generate_settings(n=2, temperature=0.0), seed=0)
+    assert batches == [3, 3, 2] and len(rollout) == 8  # a generate call's settings carry no limit of their own
 
 
 def test_an_engine_built_without_a_limit_generates_the_whole_batch_at_once(engine, batches):
     items = [{"input_ids": ids} for ids in PROMPTS]
-    generate_rollout(engine, items, generate_settings(n=2, max_sequences=None, temperature=0.0), seed=0)
+    generate_rollout(engine, items, generate_settings(n=2, temperature=0.0), seed=0)
     assert batches == [8]  # unset: the hf engine's own default, the whole batch at once
 
 
@@ -100,11 +96,11 @@ def test_the_hybrid_engine_of_the_actor_generates_in_chunks(tiny_model_dir, monk
     actor = PolicyWorker(tiny_model_dir, actor_settings(), seed=0, device="cpu")
     batches = count_rows(actor.engine, monkeypatch)
     items = [{"input_ids": ids} for ids in PROMPTS]
-    actor.generate(items, settings=generate_settings(n=4, max_sequences=None))
+    actor.generate(items, settings=generate_settings(n=4))
     assert batches == [16]  # no in-place rollout gave the engine a limit
     batches.clear()
     actor.host_rollout(rollout_settings(max_sequences=6))  # what building the rollout's alias does
-    rollout = actor.generate(items, settings=generate_settings(n=4, max_sequences=6))
+    rollout = actor.generate(items, settings=generate_settings(n=4))
     assert batches == [6, 6, 4] and len(rollout) == 16
     actor.host_rollout(rollout_settings(max_sequences=6))  # a second rollout with the same limit: fine
     with pytest.raises(ValueError, match="two in-place rollouts on one policy set max_sequences = 6 and 3"):
@@ -145,7 +141,7 @@ def test_every_turn_of_multi_turn_episodes_keeps_the_limit(tiny_model_dir, tmp_p
         runs = {}
         for limit in (None, 3):
             batches.clear()
-            settings = generate_settings(n=2, max_new_tokens=10, temperature=0.0, max_sequences=limit, env=env)
+            settings = generate_settings(n=2, max_new_tokens=10, temperature=0.0, env=env)
             engine.max_sequences = limit  # the hook on the module stays; a limit as if built with it
             runs[limit] = (generate_episodes(engine, items, settings, pools, seed=0), list(batches))
     finally:

@@ -98,7 +98,7 @@ def _items(engine, prompts: list[str], faults: list[str | None] | None = None) -
 
 def _settings(env: EnvSettings, n: int = 2) -> GenerateSettings:
     return GenerateSettings(n=n, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=12, keep_log_probs=True,
-                            max_sequences=None, env=env)
+                            env=env)
 
 
 def test_the_ids_trained_on_are_the_ids_generated_and_the_replies_sit_out_of_the_loss(tiny_model_dir,

@@ -108,7 +108,7 @@ def test_the_extras_are_logged_as_reward_metrics(tmp_path):
     from rlgraph.runtime.transforms import DriverCalls
 
     call = CallPlan("exact", "exact", "reward", "exact", None, None, [["responses", "responses"]],
-                    [["scores", "scores"]], {}, 1, None)
+                    [["scores", "scores"]], 1, None)
     reward = RuleReward(f"{write(tmp_path, VERL_STYLE)}:compute_score")
     _, metrics = DriverCalls(Plan(spec="", calls=[call]), {"exact": reward}).run(call, {}, make_rollout())
     assert metrics == {"reward/exact/acc": 0.5, "reward/exact/length": 2.0}
