@@ -71,6 +71,7 @@ from rlgraph.contract.methods import TRAINING_METHODS
 from rlgraph.plan.shape import StepShape
 from rlgraph.plan.placement import place
 from rlgraph.plan.resolve import model_of_settings
+from rlgraph.plan.resources import planned_resources
 from rlgraph.plan.view import format_bytes
 from rlgraph.spec.program import Decl, Program
 from rlgraph.spec.validate import did_you_mean
@@ -868,27 +869,46 @@ def _full_length_warning(program: Program, step: StepShape, models: dict[str, Mo
 def fit_test(program: Program, step: StepShape,
              models: dict[str, ModelSettings | None]) -> Callable[[Program, str], bool]:
     """The test a change to `program` must pass to be offered as a fix of `pool`: the pool's devices hold the
-    estimate (engines included), and the compiler's checks find no error the spec did not have already (more
-    devices change the samples each replica gets, which a micro-batch must divide). `step` is the shape of
-    `program`'s step and of every change's: a change sets role and pool keys, none of which it is made of;
+    estimate (engines included), and the compiler's rules that read what a change sets find no error the spec did
+    not have already (more devices change the samples each replica gets, which a micro-batch must divide).
+
+    A change sets role and pool keys (memory_advice.Change): it is resolved into settings and placed
+    (placement.place, the one resolution), then the estimate and the compiler's resource rules (batch
+    arithmetic, param_offload's sharding: `resource_errors`) read those settings, on the step graph compiled
+    once (`step.graph`: a change sets no key the graph is built from). No other check of the compiler finds
+    another error with a change (tests/plan/test_memory_fit.py holds that for every kind of change). `step` is the shape
+    of `program`'s step and of every change's: a change sets role and pool keys, none of which it is made of;
     `models` likewise: the models' settings, which no change edits."""
+    before = resource_errors(program, step, place(program))
+
+    def fits(changed: Program, pool: str) -> bool:
+        placed = place(changed)
+        return _fits(program, placed, pool, step, models) and resource_errors(program, step, placed) <= before
+
+    return fits
+
+
+def resource_errors(program: Program, step: StepShape, placed) -> set[tuple[str, str]]:
+    """The errors of the compiler's resource rules (rlgraph.compiler.topology.RoleResources) on the roles
+    `placed` (placement.place's result), as (code, message)."""
     from rlgraph.compiler import run_check
-    from rlgraph.compiler.build import build_graph
-    from rlgraph.compiler.passes import PASSES
+    from rlgraph.compiler.passes.batch import batch_rules
+    from rlgraph.compiler.passes.offload import offload_rules
 
-    def errors(changed: Program) -> set[tuple[str, str]]:
-        graph, problems = build_graph(changed)
-        found = problems + [d for check in PASSES for d in run_check(check, changed, graph)]
-        return {(d.code, d.message) for d in found if d.is_error}
+    from rlgraph.compiler.graph import StepGraph
 
-    before = errors(program)
-    return lambda changed, pool: _fits(changed, pool, step, models) and errors(changed) <= before
+    pools, roles = placed[0], placed[1]
+    resources = planned_resources(program, pools, roles)
+    graph = step.graph if step.graph is not None else StepGraph()  # no step: no call to check
+    found = run_check(batch_rules, program, graph, resources) + run_check(offload_rules, resources)
+    return {(d.code, d.message) for d in found if d.is_error}
 
 
-def _fits(program: Program, pool: str, step: StepShape, models: dict[str, ModelSettings | None]) -> bool:
-    """Whether `pool`'s devices hold the estimate of `program`, engines included."""
-    pools, roles, placements, placed = place(program)
-    if any(d.is_error for d in placed):
+def _fits(program: Program, placed, pool: str, step: StepShape, models: dict[str, ModelSettings | None]) -> bool:
+    """Whether `pool`'s devices hold the estimate of the roles `placed` (placement.place's result), engines
+    included. `program`: the spec, for its folder and where keys are written (no key a change sets)."""
+    pools, roles, placements, diagnostics = placed
+    if any(d.is_error for d in diagnostics):
         return False
     rows, _, diagnostics = _estimate(program, step, models, pools, roles, placements)
     if any(d.code == "engine-memory" for d in diagnostics):
