@@ -652,17 +652,21 @@ def estimate(program: Program, step: StepShape, models: dict[str, ModelSettings 
     """One MemoryRow per device of every pool, and out-of-memory / engine / memory-unknown diagnostics.
     `step`: the step's shape (shape.step_shape, from the compiled graph and the resolved settings); `models`:
     the models' settings (resolve.models_settings)."""
-    rows, peaks, diagnostics = _estimate(program, step, models, pools, roles, placements)
+    known: dict[str, ModelShape] = {}  # the models' shapes, read once for every estimate below
+    rows, peaks, diagnostics = _estimate(program, step, models, pools, roles, placements, known)
 
     def rows_at(longest: int) -> list[MemoryRow]:  # the estimate with a micro-batch's rows at most this long
-        return _estimate(program, replace(step, longest=longest), models, pools, roles, placements)[0]
+        return _estimate(program, replace(step, longest=longest), models, pools, roles, placements, known)[0]
 
     diagnostics += _check_fit(program, step, models, pools, rows, peaks, {r.name: r for r in roles}, rows_at)
     return rows, diagnostics
 
 
 def _estimate(program: Program, step: StepShape, models: dict[str, ModelSettings | None], pools: list[PoolPlan],
-              roles: list[RolePlan], placements: list[Placement]):
+              roles: list[RolePlan], placements: list[Placement], known: dict[str, ModelShape] | None = None):
+    """`known`: the shapes of models read by an estimate before, by name, filled with those read here (a shape
+    depends on its model's settings and the spec's folder alone, which no estimate of one spec changes)."""
+    known = {} if known is None else known
     diagnostics: list[Diagnostic] = []
     base = Path(program.path).parent
     shapes: dict[str, ModelShape] = {}
@@ -679,7 +683,9 @@ def _estimate(program: Program, step: StepShape, models: dict[str, ModelSettings
         model_name = plan.model
         model = model_of_settings(models, model_name)  # InvalidValue: a wrong value in it (reported)
         if model is not None and model_name not in shapes:
-            shapes[model_name] = model_shape(model, base)
+            if model_name not in known:
+                known[model_name] = model_shape(model, base)
+            shapes[model_name] = known[model_name]
             partial = _partial_experts(model, program.models[model_name])
             if partial is not None:
                 diagnostics.append(partial)
@@ -880,10 +886,11 @@ def fit_test(program: Program, step: StepShape,
     of `program`'s step and of every change's: a change sets role and pool keys, none of which it is made of;
     `models` likewise: the models' settings, which no change edits."""
     before = resource_errors(program, step, place(program))
+    known: dict[str, ModelShape] = {}  # the models' shapes, read once for every change
 
     def fits(changed: Program, pool: str) -> bool:
         placed = place(changed)
-        return _fits(program, placed, pool, step, models) and resource_errors(program, step, placed) <= before
+        return _fits(program, placed, pool, step, models, known) and resource_errors(program, step, placed) <= before
 
     return fits
 
@@ -904,13 +911,14 @@ def resource_errors(program: Program, step: StepShape, placed) -> set[tuple[str,
     return {(d.code, d.message) for d in found if d.is_error}
 
 
-def _fits(program: Program, placed, pool: str, step: StepShape, models: dict[str, ModelSettings | None]) -> bool:
+def _fits(program: Program, placed, pool: str, step: StepShape, models: dict[str, ModelSettings | None],
+          known: dict[str, ModelShape]) -> bool:
     """Whether `pool`'s devices hold the estimate of the roles `placed` (placement.place's result), engines
     included. `program`: the spec, for its folder and where keys are written (no key a change sets)."""
     pools, roles, placements, diagnostics = placed
     if any(d.is_error for d in diagnostics):
         return False
-    rows, _, diagnostics = _estimate(program, step, models, pools, roles, placements)
+    rows, _, diagnostics = _estimate(program, step, models, pools, roles, placements, known)
     if any(d.code == "engine-memory" for d in diagnostics):
         return False
     return all(r.estimated_bytes <= r.capacity_bytes for r in rows if r.pool == pool and r.capacity_bytes)
