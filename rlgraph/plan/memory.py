@@ -57,7 +57,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rlgraph.compiler.topology import pool_device
 from rlgraph.contract.stages import is_stage
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.diagnostics.codes import CODES
@@ -482,10 +481,11 @@ def shares_devices(plan: RolePlan, plans: dict[str, RolePlan]) -> bool:
     return any(other is not plan and _root(other, plans) is root for other in plans.values())
 
 
-def role_need(program: Program, plan: RolePlan, plans: dict[str, RolePlan], shape: ModelShape | None,
-              step: StepShape, capacity: int | None) -> RoleNeed:
+def role_need(plan: RolePlan, plans: dict[str, RolePlan], shape: ModelShape | None, step: StepShape,
+              capacity: int | None, device: str | None) -> RoleNeed:
     """Bytes per device of one replica of the role `plan`, resident and per call (from its resolved settings;
-    `plans`: every role's, by name); and what could not be estimated."""
+    `plans`: every role's, by name; `device`: the device kind of the pool it runs on); and what could not be
+    estimated."""
     need = RoleNeed()
     settings, role = plan.settings, plan
     b = DTYPE_BYTES[plan.dtype_label]
@@ -527,7 +527,7 @@ def role_need(program: Program, plan: RolePlan, plans: dict[str, RolePlan], shap
     elif role.kind in FROZEN:
         need.resident["params"] = 0 if shares_actor_base(plan, plans) else _ceil_div(P * b, shard)
     elif role.kind in ("rollout", "judge"):  # a judge generates its verdicts as a rollout generates
-        _rollout_need(program, plan, plans, shape, step, capacity, need)
+        _rollout_need(plan, plans, shape, step, capacity, device, need)
     return need
 
 
@@ -539,8 +539,8 @@ def judge_step(judge: JudgeSettings, step: StepShape) -> StepShape:
                    prompt=step.prompt + 2 * step.response + len(judge.template), response=judge.max_new_tokens)
 
 
-def _rollout_need(program: Program, plan: RolePlan, plans: dict[str, RolePlan], shape: ModelShape | None,
-                  step: StepShape, capacity: int | None, need: RoleNeed) -> None:
+def _rollout_need(plan: RolePlan, plans: dict[str, RolePlan], shape: ModelShape | None, step: StepShape,
+                  capacity: int | None, device: str | None, need: RoleNeed) -> None:
     settings, dtype = plan.settings, plan.dtype_label
     generate = f"{plan.name}.generate"
     if plan.kind == "judge":
@@ -560,7 +560,7 @@ def _rollout_need(program: Program, plan: RolePlan, plans: dict[str, RolePlan], 
         return
     sequences = _ceil_div((step.batch or 0) * step.n, max(plan.replicas, 1))
     limit = settings.max_sequences
-    cpu_kv_cache = _engine(plan).cpu_kv_cache if pool_device(program, program.roles[plan.name]) == "cpu" else None
+    cpu_kv_cache = _engine(plan).cpu_kv_cache if device == "cpu" else None
     if cpu_kv_cache is not None and weights is not None and shape.max_positions:
         # the KV cache the engine takes on CPU, by the same function it is sized with (rlgraph/contract/engines.py),
         # held for the whole run (vLLM's CPU build has no sleep mode)
@@ -671,6 +671,7 @@ def _estimate(program: Program, step: StepShape, models: dict[str, ModelSettings
     base = Path(program.path).parent
     shapes: dict[str, ModelShape] = {}
     capacity = {p.name: p.device_memory_bytes for p in pools}
+    devices = {p.name: p.device for p in pools}
     needs: dict[str, RoleNeed] = {}
     host_items: dict[str, tuple[str, ...]] = {}
     warned: set[tuple[str, str]] = set()
@@ -689,7 +690,8 @@ def _estimate(program: Program, step: StepShape, models: dict[str, ModelSettings
             partial = _partial_experts(model, program.models[model_name])
             if partial is not None:
                 diagnostics.append(partial)
-        need = role_need(program, plan, plans, shapes.get(model_name), step, capacity.get(placed_pool.get(plan.name)))
+        need = role_need(plan, plans, shapes.get(model_name), step, capacity.get(placed_pool.get(plan.name)),
+                         devices.get(_root(plan, plans).pool))
         needs[plan.name], host_items[plan.name] = need, offloaded_items(plan)
         if need.budget is not None:
             diagnostics += _engine_diagnostics(role, plan, need.budget)
