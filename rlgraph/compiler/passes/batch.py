@@ -19,14 +19,13 @@ candidates, rlgraph/plan/memory.py fit_test) with `batch_rules` on the resolved 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from math import gcd
 
 from rlgraph.contract.methods import TRAINING_METHODS
 from rlgraph.compiler.graph import CallNode, StepGraph
 from rlgraph.compiler.passes._common import quoted, samples_per_prompt
 from rlgraph.contract.rollouts import trained_generate
-from collections.abc import Mapping
-
 from rlgraph.compiler.topology import RoleResources, data_groups, declared_resources
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.spec.program import Decl, Program
