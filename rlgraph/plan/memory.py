@@ -57,7 +57,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rlgraph.compiler.topology import pool_device
 from rlgraph.contract.stages import is_stage
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.diagnostics.codes import CODES
@@ -71,6 +70,7 @@ from rlgraph.contract.methods import TRAINING_METHODS
 from rlgraph.plan.shape import StepShape
 from rlgraph.plan.placement import place
 from rlgraph.plan.resolve import model_of_settings
+from rlgraph.plan.resources import planned_resources
 from rlgraph.plan.view import format_bytes
 from rlgraph.spec.program import Decl, Program
 from rlgraph.spec.validate import did_you_mean
@@ -481,10 +481,11 @@ def shares_devices(plan: RolePlan, plans: dict[str, RolePlan]) -> bool:
     return any(other is not plan and _root(other, plans) is root for other in plans.values())
 
 
-def role_need(program: Program, plan: RolePlan, plans: dict[str, RolePlan], shape: ModelShape | None,
-              step: StepShape, capacity: int | None) -> RoleNeed:
+def role_need(plan: RolePlan, plans: dict[str, RolePlan], shape: ModelShape | None, step: StepShape,
+              capacity: int | None, device: str | None) -> RoleNeed:
     """Bytes per device of one replica of the role `plan`, resident and per call (from its resolved settings;
-    `plans`: every role's, by name); and what could not be estimated."""
+    `plans`: every role's, by name; `device`: the device kind of the pool it runs on); and what could not be
+    estimated."""
     need = RoleNeed()
     settings, role = plan.settings, plan
     b = DTYPE_BYTES[plan.dtype_label]
@@ -526,7 +527,7 @@ def role_need(program: Program, plan: RolePlan, plans: dict[str, RolePlan], shap
     elif role.kind in FROZEN:
         need.resident["params"] = 0 if shares_actor_base(plan, plans) else _ceil_div(P * b, shard)
     elif role.kind in ("rollout", "judge"):  # a judge generates its verdicts as a rollout generates
-        _rollout_need(program, plan, plans, shape, step, capacity, need)
+        _rollout_need(plan, plans, shape, step, capacity, device, need)
     return need
 
 
@@ -538,8 +539,8 @@ def judge_step(judge: JudgeSettings, step: StepShape) -> StepShape:
                    prompt=step.prompt + 2 * step.response + len(judge.template), response=judge.max_new_tokens)
 
 
-def _rollout_need(program: Program, plan: RolePlan, plans: dict[str, RolePlan], shape: ModelShape | None,
-                  step: StepShape, capacity: int | None, need: RoleNeed) -> None:
+def _rollout_need(plan: RolePlan, plans: dict[str, RolePlan], shape: ModelShape | None, step: StepShape,
+                  capacity: int | None, device: str | None, need: RoleNeed) -> None:
     settings, dtype = plan.settings, plan.dtype_label
     generate = f"{plan.name}.generate"
     if plan.kind == "judge":
@@ -559,7 +560,7 @@ def _rollout_need(program: Program, plan: RolePlan, plans: dict[str, RolePlan], 
         return
     sequences = _ceil_div((step.batch or 0) * step.n, max(plan.replicas, 1))
     limit = settings.max_sequences
-    cpu_kv_cache = _engine(plan).cpu_kv_cache if pool_device(program, program.roles[plan.name]) == "cpu" else None
+    cpu_kv_cache = _engine(plan).cpu_kv_cache if device == "cpu" else None
     if cpu_kv_cache is not None and weights is not None and shape.max_positions:
         # the KV cache the engine takes on CPU, by the same function it is sized with (rlgraph/contract/engines.py),
         # held for the whole run (vLLM's CPU build has no sleep mode)
@@ -651,21 +652,26 @@ def estimate(program: Program, step: StepShape, models: dict[str, ModelSettings 
     """One MemoryRow per device of every pool, and out-of-memory / engine / memory-unknown diagnostics.
     `step`: the step's shape (shape.step_shape, from the compiled graph and the resolved settings); `models`:
     the models' settings (resolve.models_settings)."""
-    rows, peaks, diagnostics = _estimate(program, step, models, pools, roles, placements)
+    known: dict[str, ModelShape] = {}  # the models' shapes, read once for every estimate below
+    rows, peaks, diagnostics = _estimate(program, step, models, pools, roles, placements, known)
 
     def rows_at(longest: int) -> list[MemoryRow]:  # the estimate with a micro-batch's rows at most this long
-        return _estimate(program, replace(step, longest=longest), models, pools, roles, placements)[0]
+        return _estimate(program, replace(step, longest=longest), models, pools, roles, placements, known)[0]
 
     diagnostics += _check_fit(program, step, models, pools, rows, peaks, {r.name: r for r in roles}, rows_at)
     return rows, diagnostics
 
 
 def _estimate(program: Program, step: StepShape, models: dict[str, ModelSettings | None], pools: list[PoolPlan],
-              roles: list[RolePlan], placements: list[Placement]):
+              roles: list[RolePlan], placements: list[Placement], known: dict[str, ModelShape] | None = None):
+    """`known`: the shapes of models read by an estimate before, by name, filled with those read here (a shape
+    depends on its model's settings and the spec's folder alone, which no estimate of one spec changes)."""
+    known = {} if known is None else known
     diagnostics: list[Diagnostic] = []
     base = Path(program.path).parent
     shapes: dict[str, ModelShape] = {}
     capacity = {p.name: p.device_memory_bytes for p in pools}
+    devices = {p.name: p.device for p in pools}
     needs: dict[str, RoleNeed] = {}
     host_items: dict[str, tuple[str, ...]] = {}
     warned: set[tuple[str, str]] = set()
@@ -678,11 +684,14 @@ def _estimate(program: Program, step: StepShape, models: dict[str, ModelSettings
         model_name = plan.model
         model = model_of_settings(models, model_name)  # InvalidValue: a wrong value in it (reported)
         if model is not None and model_name not in shapes:
-            shapes[model_name] = model_shape(model, base)
+            if model_name not in known:
+                known[model_name] = model_shape(model, base)
+            shapes[model_name] = known[model_name]
             partial = _partial_experts(model, program.models[model_name])
             if partial is not None:
                 diagnostics.append(partial)
-        need = role_need(program, plan, plans, shapes.get(model_name), step, capacity.get(placed_pool.get(plan.name)))
+        need = role_need(plan, plans, shapes.get(model_name), step, capacity.get(placed_pool.get(plan.name)),
+                         devices.get(_root(plan, plans).pool))
         needs[plan.name], host_items[plan.name] = need, offloaded_items(plan)
         if need.budget is not None:
             diagnostics += _engine_diagnostics(role, plan, need.budget)
@@ -868,29 +877,50 @@ def _full_length_warning(program: Program, step: StepShape, models: dict[str, Mo
 def fit_test(program: Program, step: StepShape,
              models: dict[str, ModelSettings | None]) -> Callable[[Program, str], bool]:
     """The test a change to `program` must pass to be offered as a fix of `pool`: the pool's devices hold the
-    estimate (engines included), and the compiler's checks find no error the spec did not have already (more
-    devices change the samples each replica gets, which a micro-batch must divide). `step` is the shape of
-    `program`'s step and of every change's: a change sets role and pool keys, none of which it is made of;
+    estimate (engines included), and the compiler's rules that read what a change sets find no error the spec did
+    not have already (more devices change the samples each replica gets, which a micro-batch must divide).
+
+    A change sets role and pool keys (memory_advice.Change): it is resolved into settings and placed
+    (placement.place, the one resolution), then the estimate and the compiler's resource rules (batch
+    arithmetic, param_offload's sharding: `resource_errors`) read those settings, on the step graph compiled
+    once (`step.graph`: a change sets no key the graph is built from). No other check of the compiler finds
+    another error with a change (tests/plan/test_memory_fit.py holds that for every kind of change). `step` is the shape
+    of `program`'s step and of every change's: a change sets role and pool keys, none of which it is made of;
     `models` likewise: the models' settings, which no change edits."""
+    before = resource_errors(program, step, place(program))
+    known: dict[str, ModelShape] = {}  # the models' shapes, read once for every change
+
+    def fits(changed: Program, pool: str) -> bool:
+        placed = place(changed)
+        return _fits(program, placed, pool, step, models, known) and resource_errors(program, step, placed) <= before
+
+    return fits
+
+
+def resource_errors(program: Program, step: StepShape, placed) -> set[tuple[str, str]]:
+    """The errors of the compiler's resource rules (rlgraph.compiler.topology.RoleResources) on the roles
+    `placed` (placement.place's result), as (code, message)."""
     from rlgraph.compiler import run_check
-    from rlgraph.compiler.build import build_graph
-    from rlgraph.compiler.passes import PASSES
+    from rlgraph.compiler.passes.batch import batch_rules
+    from rlgraph.compiler.passes.offload import offload_rules
 
-    def errors(changed: Program) -> set[tuple[str, str]]:
-        graph, problems = build_graph(changed)
-        found = problems + [d for check in PASSES for d in run_check(check, changed, graph)]
-        return {(d.code, d.message) for d in found if d.is_error}
+    from rlgraph.compiler.graph import StepGraph
 
-    before = errors(program)
-    return lambda changed, pool: _fits(changed, pool, step, models) and errors(changed) <= before
+    pools, roles = placed[0], placed[1]
+    resources = planned_resources(program, pools, roles)
+    graph = step.graph if step.graph is not None else StepGraph()  # no step: no call to check
+    found = run_check(batch_rules, program, graph, resources) + run_check(offload_rules, resources)
+    return {(d.code, d.message) for d in found if d.is_error}
 
 
-def _fits(program: Program, pool: str, step: StepShape, models: dict[str, ModelSettings | None]) -> bool:
-    """Whether `pool`'s devices hold the estimate of `program`, engines included."""
-    pools, roles, placements, placed = place(program)
-    if any(d.is_error for d in placed):
+def _fits(program: Program, placed, pool: str, step: StepShape, models: dict[str, ModelSettings | None],
+          known: dict[str, ModelShape]) -> bool:
+    """Whether `pool`'s devices hold the estimate of the roles `placed` (placement.place's result), engines
+    included. `program`: the spec, for its folder and where keys are written (no key a change sets)."""
+    pools, roles, placements, diagnostics = placed
+    if any(d.is_error for d in diagnostics):
         return False
-    rows, _, diagnostics = _estimate(program, step, models, pools, roles, placements)
+    rows, _, diagnostics = _estimate(program, step, models, pools, roles, placements, known)
     if any(d.code == "engine-memory" for d in diagnostics):
         return False
     return all(r.estimated_bytes <= r.capacity_bytes for r in rows if r.pool == pool and r.capacity_bytes)

@@ -1,8 +1,9 @@
 """What an out-of-memory error says: the biggest real cause first, then only changes that were checked to fit.
 
-Each candidate change is applied to a copy of the spec's declarations and the whole estimate (placement,
-engines, memory) is run again; a change is printed only when the pool then fits, the smallest change first
-(one setting before two, cheap settings before costly ones).
+Each candidate change is applied to a copy of the spec's declarations, resolved into settings and the whole
+estimate (placement, engines, memory) is run again, with the compiler's rules that read what it sets (memory.fit_test,
+without compiling again); a change is printed only when the pool then fits and those rules find no new error, the
+smallest change first (one setting before two, cheap settings before costly ones).
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ def _role_plan(program: Program, role: Decl) -> RolePlan:
     model = model_of(program, role)
     model_decl = program.models.get(model) if model else None
     root = root_of(program, role)
-    colocated = role.get("colocate") is not None and root is not role
+    colocated = root is not role  # not when it names no colocate, or one that leads nowhere (reported)
     return RolePlan(
         name=role.name,
         kind=role.kind,
@@ -243,7 +243,7 @@ def _place_colocated(role: Decl, plan: RolePlan, root: Decl, root_placements: li
     return placements
 
 
-def _engine_check(program: Program, role: Decl, pools: dict[str, _Pool]) -> list[Diagnostic]:
+def _engine_check(program: Program, role: Decl, plan: RolePlan, pools: dict[str, _Pool]) -> list[Diagnostic]:
     engine = role.get("engine")
     facts = engine_facts(engine) if role.kind in ("rollout", "judge") else None
     pool = pools.get(root_of(program, role).get("pool"))
@@ -253,7 +253,7 @@ def _engine_check(program: Program, role: Decl, pools: dict[str, _Pool]) -> list
     if device in facts.devices:
         return []
     runs_on = " or ".join(f"{d.upper()}s" for d in facts.devices)
-    via = "" if role.get("pool") else f" (through `colocate`, it runs on the devices of `{root_of(program, role).name}`)"
+    via = "" if plan.pool else f" (through `colocate`, it runs on the devices of `{root_of(program, role).name}`)"
     return [error("placement", f"`{role.name}` uses engine `{engine}`, which needs {runs_on}, but pool "
                   f"`{pool.decl.name}` has device = {device}{via}", role.span_of("engine"),
                   f"use `engine = hf` on {device.upper()}, or place the rollout on a pool with "
@@ -273,17 +273,18 @@ def place(program: Program) -> tuple[list[PoolPlan], list[RolePlan], list[Placem
     plans = {r.name: _role_plan(program, r) for r in roles}
     by_role: dict[str, list[Placement]] = {}
     for role in roles:  # roots first: colocated roles need their root's devices
-        pool = pools.get(role.get("pool"))
+        pool = pools.get(plans[role.name].pool)
         if pool is not None:
             by_role[role.name] = _place_root(role, plans, pool, diagnostics)
     for role in roles:
-        if role.get("pool") is not None or role.get("colocate") is None:
+        plan = plans[role.name]
+        if plan.pool is not None or plan.colocate is None:  # a root, or a chain that leads to no root
             continue
-        root = root_of(program, role)
-        if root is role or root.get("colocate") is not None or not by_role.get(root.name):
-            continue  # broken chain or unplaced root: reported by resolve or above
-        by_role[role.name] = _place_colocated(role, plans[role.name], root, by_role[root.name], diagnostics)
+        root = program.roles[plan.colocate]
+        if root.get("colocate") is not None or not by_role.get(root.name):
+            continue  # a root that names a colocate itself (a cycle, an unknown role) or an unplaced root: reported
+        by_role[role.name] = _place_colocated(role, plan, root, by_role[root.name], diagnostics)
     for role in roles:
-        diagnostics += _engine_check(program, role, pools)
+        diagnostics += _engine_check(program, role, plans[role.name], pools)
     placements = [p for role in roles for p in by_role.get(role.name, [])]
     return pool_plans, list(plans.values()), placements, diagnostics

@@ -9,7 +9,7 @@ defaults, never a number restated here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.contract.settings import DataSettings
@@ -32,6 +32,9 @@ class StepShape:
     calls: dict[str, list[tuple[str, dict]]]  # role name -> [(method, the call's checked arguments)]
     # the longest row of a micro-batch counted in rows, when shorter than the full length (the worst case)
     longest: int | None = None
+    # the compiled step graph it was read from: what the compiler's resource rules check a change of the settings
+    # on (memory.fit_test), with no compiling again; None: no step
+    graph: StepGraph | None = field(default=None, compare=False, repr=False)
 
     @property
     def length(self) -> int:
@@ -66,4 +69,4 @@ def step_shape(graph: StepGraph | None, roles: list[RolePlan], data: DataSetting
         response = data.max_response_length if data is not None else _MAX_RESPONSE_LENGTH
     return StepShape(batch=data.batch_size if data is not None else None, n=n,
                      prompt=data.max_prompt_length if data is not None else _MAX_PROMPT_LENGTH,
-                     response=response, calls=calls)
+                     response=response, calls=calls, graph=graph)
