@@ -84,7 +84,7 @@ def command(run_dir: Path, sets: list[str], spec: str = SPEC) -> list[str]:
 
 
 def supports_max_failures() -> bool:
-    from rlgraph.spec.schema import BLOCKS
+    from rlgraph.lang.schema import BLOCKS
 
     return "max_failures" in BLOCKS["train"].keys
 

@@ -54,7 +54,7 @@ class SpecError(ValueError):
 def override_args(overrides: Overrides) -> list[str]:
     """The `-s KEY=VALUE` strings of `overrides`: a mapping's values are written as a spec writes them
     ({"train.steps": 5, "main.memory": "80GiB", "data.train": "my.parquet"}); strings pass as they are."""
-    from rlgraph.spec.edit import value_text
+    from rlgraph.lang.edit import value_text
 
     if overrides is None:
         return []

@@ -159,7 +159,7 @@ def test_exit_codes_of_the_installed_command():
 
 def test_fmt_refuses_to_write_when_the_formatter_would_change_the_meaning(tmp_path, monkeypatch):
     from rlgraph.commands import fmt as fmt_module
-    from rlgraph.spec.formatter import FormatterBug
+    from rlgraph.lang.formatter import FormatterBug
 
     def broken(text, file):
         raise FormatterBug(f"{file}: formatting would change the meaning of the spec")

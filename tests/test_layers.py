@@ -12,18 +12,18 @@ ROOT = Path(__file__).resolve().parents[1]
 # command, the Python API they share (rlgraph/__init__.py names the API's functions)
 FACE = {"cli": {"commands", "api"}, "commands": {"api"}, "rlgraph": {"api"}, "api": set()}
 MAY_IMPORT = {
-    "importers": {"spec", "contract"},
+    "importers": {"lang", "contract"},
     "runtime": {"plan", "workers", "models", "data", "algos", "contract"},
-    "plan": {"compiler", "spec", "contract", "diagnostics"},
-    "compiler": {"spec", "contract", "diagnostics", "tasks"},
-    "spec": {"contract", "diagnostics"},
+    "plan": {"compiler", "lang", "contract", "diagnostics"},
+    "compiler": {"lang", "contract", "diagnostics", "tasks"},
+    "lang": {"contract", "diagnostics"},
     "workers": {"models", "data", "tasks", "algos", "contract"},
     "models": {"data", "tasks", "contract"},
     "data": {"tasks"},
     "tasks": set(),
     "algos": set(), "contract": set(), "diagnostics": set(),
 }
-RUNTIME_PLAN_MODULES = {"rlgraph.plan.model", "rlgraph.plan.diff"}
+RUNTIME_PLAN_MODULES = {"rlgraph.plan.model", "rlgraph.plan.diff", "rlgraph.plan.migrate"}
 
 
 def _module(path: Path) -> str:

@@ -167,7 +167,7 @@ def eval_settings(plan, *, data: list[str], reward: str | None, n: int | None, t
     one), with the flags given over them."""
     from rlgraph.contract import settings as s
     from rlgraph.runtime.evaluate import EvalSettings
-    from rlgraph.spec.schema import BLOCKS, ROLE_KEYS
+    from rlgraph.lang.schema import BLOCKS, ROLE_KEYS
 
     def default(keys: dict, name: str) -> Any:
         return keys[name].default
@@ -251,7 +251,7 @@ def _from_supervised_plan(plan, reward_defaults) -> tuple[Any, float]:
     from rlgraph.contract import settings as s
     from rlgraph.contract.rollouts import sft_call
     from rlgraph.runtime.evaluate import EvalSettings, demonstration_answers, validation_reward
-    from rlgraph.spec.schema import ROLE_KEYS
+    from rlgraph.lang.schema import ROLE_KEYS
 
     actor = plan.role(sft_call(plan.calls).target)
     pools = {p.name: p.device for p in plan.pools}

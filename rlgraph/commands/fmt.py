@@ -1,4 +1,4 @@
-"""`rlgraph fmt FILE...`: rewrite specs in canonical form (rules in rlgraph/spec/formatter.py).
+"""`rlgraph fmt FILE...`: rewrite specs in canonical form (rules in rlgraph/lang/formatter.py).
 
 `--check` and `--diff` change nothing: they exit 1 when a file would change,
 `--check` naming it and `--diff` printing a unified diff. A file that does not
@@ -13,9 +13,9 @@ import sys
 import tempfile
 
 from rlgraph.diagnostics import Span, error, render_full
-from rlgraph.spec.formatter import FormatError, FormatterBug, format_text
-from rlgraph.spec.loader import read_spec_bytes
-from rlgraph.spec.parser import decode
+from rlgraph.lang.formatter import FormatError, FormatterBug, format_text
+from rlgraph.lang.loader import read_spec_bytes
+from rlgraph.lang.parser import decode
 
 
 def fmt_command(files: list[str], check: bool = False, diff: bool = False) -> int:

@@ -13,7 +13,7 @@ import sys
 
 from rlgraph.importers.launch import LaunchError, add_overrides, read_launch
 from rlgraph.importers.verl import ImportProblem, import_verl
-from rlgraph.spec.formatter import FormatError, format_text
+from rlgraph.lang.formatter import FormatError, format_text
 
 
 def import_verl_text(data: bytes, name: str, device_memory: str | None = None,

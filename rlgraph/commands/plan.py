@@ -22,8 +22,8 @@ from rlgraph.plan.memory import fit_test
 from rlgraph.plan.memory_advice import verified_changes
 from rlgraph.plan.model import Plan
 from rlgraph.plan.resolve import models_settings
-from rlgraph.spec.edit import set_key
-from rlgraph.spec.formatter import FormatError, FormatterBug, format_text
+from rlgraph.lang.edit import set_key
+from rlgraph.lang.formatter import FormatError, FormatterBug, format_text
 
 FORMATS = ("text", "json", "dot", "html")
 
@@ -60,7 +60,7 @@ def plan_command(file: str, overrides: list[str], fmt: str = "text", output: str
 
 # ---- `rlgraph plan FILE --fit` -----------------------------------------------------
 # The smallest change the out-of-memory advice verified (rlgraph/plan/memory_advice.py) is written into the
-# spec's text (rlgraph/spec/edit.py), formatted, planned again as the text of the original file (so includes
+# spec's text (rlgraph/lang/edit.py), formatted, planned again as the text of the original file (so includes
 # and relative paths resolve as they do for it) and shown as a diff. A spec that fits is left alone.
 
 def _as_verl(program, applied) -> str:

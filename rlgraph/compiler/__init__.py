@@ -10,11 +10,11 @@ from rlgraph.compiler.build import build_graph
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.contract.stages import stage_spec
 from rlgraph.diagnostics import Diagnostic, error, has_errors
-from rlgraph.spec.loader import load
-from rlgraph.spec.overrides import apply_overrides
-from rlgraph.spec.program import InvalidValue, Program
-from rlgraph.spec.stages import stage_actor_model, stage_program
-from rlgraph.spec.validate import to_program
+from rlgraph.lang.loader import load
+from rlgraph.lang.overrides import apply_overrides
+from rlgraph.lang.program import InvalidValue, Program
+from rlgraph.lang.stages import stage_actor_model, stage_program
+from rlgraph.lang.validate import to_program
 
 
 @dataclass

@@ -9,10 +9,10 @@ from rlgraph.compiler.builtins import (DATA_FIELDS, REWARD_CALL, ROLE_METHODS, T
 from rlgraph.compiler.graph import DATA_NODE, CallNode, StepGraph, SyncEdge
 from rlgraph.contract.rollouts import FILTER_GROUPS
 from rlgraph.diagnostics import Diagnostic, Span, error
-from rlgraph.spec import ast
-from rlgraph.spec.program import Decl, Program, Values
-from rlgraph.spec.schema import Key, TypeMismatch
-from rlgraph.spec.validate import did_you_mean
+from rlgraph.lang import ast
+from rlgraph.lang.program import Decl, Program, Values
+from rlgraph.lang.schema import Key, TypeMismatch
+from rlgraph.lang.validate import did_you_mean
 
 
 def user_functions(program: Program) -> dict[str, UserFunction]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from rlgraph.contract.methods import ROLE_METHODS as CONTRACT
 from rlgraph.contract.methods import Port
 from rlgraph.diagnostics import Span
-from rlgraph.spec.schema import MAX_BATCH, Bool, Choice, Float, Int, Key, Like, Ref
+from rlgraph.lang.schema import MAX_BATCH, Bool, Choice, Float, Int, Key, Like, Ref
 
 LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k2+", "k3+", "low_var_kl+")

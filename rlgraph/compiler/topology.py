@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from rlgraph.spec.program import Decl, Program
-from rlgraph.spec.schema import ROLE_KEYS
+from rlgraph.lang.program import Decl, Program
+from rlgraph.lang.schema import ROLE_KEYS
 
 # the schema's defaults (the one place for a default), for a value the Program lacks (one that did not validate)
 _TP = ROLE_KEYS["rollout"]["tp"].default

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlgraph.spec.program import Program
+from rlgraph.lang.program import Program
 
 IMPORTED_MARK = "by `rlgraph import verl`"  # in the header of every spec the importer writes
 AR = "actor_rollout_ref"

@@ -14,7 +14,7 @@ from rlgraph.plan.resolve import (call_settings, data_settings, env_settings, ge
                                   reward_settings, train_settings)
 from rlgraph.plan.schedule import schedule
 from rlgraph.plan.shape import StepShape, step_shape
-from rlgraph.spec.program import InvalidValue
+from rlgraph.lang.program import InvalidValue
 
 
 def _order(d: Diagnostic):

@@ -20,7 +20,7 @@ from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.plan.memory import model_shape
 from rlgraph.plan.model import Placement, PoolPlan, RolePlan
 from rlgraph.plan.resolve import model_of_settings
-from rlgraph.spec.program import Decl, Program
+from rlgraph.lang.program import Decl, Program
 
 
 def plan_checks(program: Program, pools: list[PoolPlan], roles: list[RolePlan], placements: list[Placement],

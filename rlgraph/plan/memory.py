@@ -72,8 +72,8 @@ from rlgraph.plan.placement import place
 from rlgraph.plan.resolve import model_of_settings
 from rlgraph.plan.resources import planned_resources
 from rlgraph.plan.view import format_bytes
-from rlgraph.spec.program import Decl, Program
-from rlgraph.spec.validate import did_you_mean
+from rlgraph.lang.program import Decl, Program
+from rlgraph.lang.validate import did_you_mean
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MASTER_BYTES = 4  # a trained role's params and grads are fp32 in every dtype (its dtype is the compute dtype)
@@ -225,7 +225,7 @@ def _read_config(path: str, base: Path, depth: int = 0) -> tuple[dict, str] | No
 
 def _stage_config(path: str, base: Path, depth: int) -> tuple[dict, str] | None:
     from rlgraph.contract.stages import StageError, stage_model_folder
-    from rlgraph.spec.stages import stage_actor_model, stage_program
+    from rlgraph.lang.stages import stage_actor_model, stage_program
 
     try:
         return _read_config(str(stage_model_folder(path)), base, depth + 1)

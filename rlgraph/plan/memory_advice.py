@@ -17,7 +17,7 @@ from rlgraph.plan.model import MemoryRow, RolePlan
 from rlgraph.plan.placement import place
 from rlgraph.plan.shape import StepShape
 from rlgraph.plan.view import format_bytes
-from rlgraph.spec.program import Program
+from rlgraph.lang.program import Program
 
 TRAINED = ("actor", "critic")
 MAX_FIXES = 3

@@ -27,7 +27,7 @@ from rlgraph.contract.settings import PoolSettings
 from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.plan.model import Placement, PoolPlan, RolePlan
 from rlgraph.plan.resolve import pool_settings, role_settings
-from rlgraph.spec.program import Decl, InvalidValue, Program
+from rlgraph.lang.program import Decl, InvalidValue, Program
 
 _SEARCH_STEPS = 64  # how far past its lower bound a hint's search for nodes / devices per node goes
 # the size a PoolPlan shows for a pool that misses its required `nodes` or `devices_per_node` (reported by the

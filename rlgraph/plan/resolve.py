@@ -15,8 +15,8 @@ from typing import Any, Callable
 from rlgraph.compiler.graph import CallNode
 from rlgraph.contract import settings as s
 from rlgraph.contract.methods import call_settings_class
-from rlgraph.spec.program import Decl, InvalidValue, Program
-from rlgraph.spec.schema import BLOCKS
+from rlgraph.lang.program import Decl, InvalidValue, Program
+from rlgraph.lang.schema import BLOCKS
 
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # spec name -> torch name
 

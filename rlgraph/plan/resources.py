@@ -10,7 +10,7 @@ from typing import Any
 
 from rlgraph.compiler.topology import RoleResources
 from rlgraph.plan.model import PoolPlan, RolePlan
-from rlgraph.spec.program import Decl, InvalidValue, Program
+from rlgraph.lang.program import Decl, InvalidValue, Program
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.contract.settings import DataSettings
 from rlgraph.plan.model import RolePlan
-from rlgraph.spec.program import InvalidValue
-from rlgraph.spec.schema import BLOCKS
+from rlgraph.lang.program import InvalidValue
+from rlgraph.lang.schema import BLOCKS
 
 _MAX_PROMPT_LENGTH = BLOCKS["data"].keys["max_prompt_length"].default
 _MAX_RESPONSE_LENGTH = BLOCKS["data"].keys["max_response_length"].default

@@ -18,7 +18,7 @@ from rlgraph.contract.settings import ModelSettings
 from rlgraph.diagnostics import Diagnostic, error
 from rlgraph.plan.memory import model_shape
 from rlgraph.plan.resolve import model_of_settings
-from rlgraph.spec.program import Program
+from rlgraph.lang.program import Program
 
 
 def check_tokenizers(program: Program, models: dict[str, ModelSettings | None]) -> list[Diagnostic]:

@@ -66,6 +66,6 @@ def test_optional_inputs_come_last():
 
 
 def test_every_role_kind_of_the_spec_has_a_worker():
-    from rlgraph.spec.schema import ROLE_KINDS
+    from rlgraph.lang.schema import ROLE_KINDS
 
     assert set(WORKERS) == set(ROLE_KINDS)

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from rlgraph.cli import main
-from rlgraph.spec.loader import load
+from rlgraph.lang.loader import load
 
 GOLDEN = Path(__file__).resolve().parent
 ROOT = GOLDEN.parents[1]

@@ -11,7 +11,7 @@ from rlgraph.cli import main
 from rlgraph.commands.import_verl import import_verl_text
 from rlgraph.compiler import compile_spec
 from rlgraph.plan.build import plan_spec
-from rlgraph.spec.formatter import format_text
+from rlgraph.lang.formatter import format_text
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LAUNCHES = sorted(FIXTURES.glob("*.overrides"))

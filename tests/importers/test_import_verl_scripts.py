@@ -11,7 +11,7 @@ from rlgraph.cli import main
 from rlgraph.commands.import_verl import import_verl_text
 from rlgraph.importers.launch import read_launch
 from rlgraph.importers.verl import ImportProblem
-from rlgraph.spec.formatter import format_text
+from rlgraph.lang.formatter import format_text
 
 SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
 AS_FSDP = ["model_engine=fsdp", "actor_rollout_ref.actor.strategy=fsdp"]

@@ -119,7 +119,7 @@ def test_the_model_settings_hold_every_key_of_the_model_block():
     import dataclasses
 
     from rlgraph.contract.settings import ModelSettings
-    from rlgraph.spec.schema import BLOCKS
+    from rlgraph.lang.schema import BLOCKS
 
     fields = [f.name for f in dataclasses.fields(ModelSettings) if f.name != "name"]
     assert fields == list(BLOCKS["model"].keys)

@@ -7,7 +7,7 @@ import sys
 def test_runtime_imports_neither_spec_nor_compiler():
     code = (
         "import sys, rlgraph.runtime.loop, rlgraph.runtime.run\n"
-        "bad = sorted(m for m in sys.modules if m.startswith(('rlgraph.spec', 'rlgraph.compiler')))\n"
+        "bad = sorted(m for m in sys.modules if m.startswith(('rlgraph.lang', 'rlgraph.compiler')))\n"
         "assert not bad, bad\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

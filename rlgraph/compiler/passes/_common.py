@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 from rlgraph.compiler.builtins import REWARD_CALL, ROLE_METHODS, TRANSFORMS, Signature, user_signature
 from rlgraph.compiler.graph import CallNode, StepGraph
 from rlgraph.diagnostics import Diagnostic, error
-from rlgraph.spec import ast
-from rlgraph.spec.program import Program
+from rlgraph.lang import ast
+from rlgraph.lang.program import Program
 
 KIND_NAMES = {"prompts": "prompts", "responses": "generated responses", "token": "per-token values",
               "demos": "demonstrations (the data's prompts with their responses)",

@@ -9,8 +9,8 @@ from rlgraph.contract.methods import TRAINING_METHODS
 from rlgraph.contract.rollouts import FILTER_GROUPS, trained_generate
 from rlgraph.compiler.topology import model_of, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
-from rlgraph.spec import ast
-from rlgraph.spec.program import Decl, Program
+from rlgraph.lang import ast
+from rlgraph.lang.program import Decl, Program
 
 
 def algorithm(program: Program, graph: StepGraph) -> list[Diagnostic]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.compiler.topology import root_of
 from rlgraph.diagnostics import Diagnostic, error
-from rlgraph.spec.program import Program
-from rlgraph.spec.schema import TRAINED_KINDS
+from rlgraph.lang.program import Program
+from rlgraph.lang.schema import TRAINED_KINDS
 
 
 def asynchrony(program: Program, graph: StepGraph) -> list[Diagnostic]:

@@ -28,8 +28,8 @@ from rlgraph.compiler.passes._common import quoted, samples_per_prompt
 from rlgraph.contract.rollouts import trained_generate
 from rlgraph.compiler.topology import RoleResources, data_groups, declared_resources
 from rlgraph.diagnostics import Diagnostic, error, warning
-from rlgraph.spec.program import Decl, Program
-from rlgraph.spec.schema import ROLE_KEYS
+from rlgraph.lang.program import Decl, Program
+from rlgraph.lang.schema import ROLE_KEYS
 
 SUGGESTED_MICRO_BATCH = 8  # samples per device per pass that the hint suggests (or the largest divisor below)
 

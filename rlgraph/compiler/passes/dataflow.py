@@ -7,8 +7,8 @@ from rlgraph.compiler.graph import StepGraph
 from rlgraph.compiler.passes._common import (KIND_NAMES, field_span, quoted, signature_of, tis_reads,
                                              written_flows, written_inputs, written_outputs)
 from rlgraph.diagnostics import Diagnostic, Span, error, warning
-from rlgraph.spec.program import Program
-from rlgraph.spec.validate import did_you_mean
+from rlgraph.lang.program import Program
+from rlgraph.lang.validate import did_you_mean
 
 
 def dataflow(program: Program, graph: StepGraph) -> list[Diagnostic]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.compiler.passes._common import names_python_object, written_flows
 from rlgraph.diagnostics import Diagnostic, error, warning
-from rlgraph.spec import ast
-from rlgraph.spec.program import Decl, Program
-from rlgraph.spec.validate import did_you_mean
+from rlgraph.lang import ast
+from rlgraph.lang.program import Decl, Program
+from rlgraph.lang.validate import did_you_mean
 
 
 def environments(program: Program, graph: StepGraph) -> list[Diagnostic]:

@@ -15,7 +15,7 @@ from rlgraph.compiler.graph import StepGraph
 from rlgraph.contract.judge import (TEMPLATE_FIELDS, TemplateProblem, compile_template, is_template_file,
                                     parser_problem, template_text)
 from rlgraph.diagnostics import Diagnostic, Span, error
-from rlgraph.spec.program import Decl, Program
+from rlgraph.lang.program import Decl, Program
 
 _FIELDS = ", ".join(f"{{{{ {f} }}}}" for f in TEMPLATE_FIELDS)
 _EXAMPLE = ("e.g. \"Question: {{ prompt }}\\nAnswer: {{ response }}\\nIs the answer right? Say yes or no.\"")

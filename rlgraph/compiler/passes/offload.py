@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.compiler.topology import RoleResources, declared_resources
 from rlgraph.diagnostics import Diagnostic, error
-from rlgraph.spec.program import Program
-from rlgraph.spec.schema import TRAINED_KINDS
+from rlgraph.lang.program import Program
+from rlgraph.lang.schema import TRAINED_KINDS
 
 
 def offload(program: Program, graph: StepGraph) -> list[Diagnostic]:

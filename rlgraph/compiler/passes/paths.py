@@ -22,9 +22,9 @@ from rlgraph.compiler.graph import StepGraph
 from rlgraph.compiler.passes._common import written_inputs
 from rlgraph.contract.stages import is_stage, stage_spec
 from rlgraph.diagnostics import Diagnostic, error
-from rlgraph.spec.program import Decl, Program
-from rlgraph.spec.stages import stage_actor_model, stage_program
-from rlgraph.spec.validate import did_you_mean
+from rlgraph.lang.program import Decl, Program
+from rlgraph.lang.stages import stage_actor_model, stage_program
+from rlgraph.lang.validate import did_you_mean
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # `Qwen/Qwen2-7B-Instruct`
 DATA_SUFFIXES = (".parquet", ".jsonl")  # rlgraph.data.paths.SUPPORTED_SUFFIXES (not imported: it is the runtime's)

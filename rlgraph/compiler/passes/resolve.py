@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.diagnostics import Diagnostic, error
-from rlgraph.spec.program import Program
-from rlgraph.spec.validate import did_you_mean
+from rlgraph.lang.program import Program
+from rlgraph.lang.validate import did_you_mean
 
 _NEEDS_MODEL = ("actor", "ref", "critic", "reward_model", "judge")
 

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.compiler.passes._common import names_python_object, quoted
 from rlgraph.diagnostics import Diagnostic, error
-from rlgraph.spec.program import Decl, Program
+from rlgraph.lang.program import Decl, Program
 
 FUNCTION_KEYS = ("batched", "workers")  # what only a reward function (`fn`) reads
 SERVICE_KEYS = ("rows_per_request", "concurrency", "retries", "backoff_s")  # ... only a service (`url`)

@@ -8,8 +8,8 @@ from rlgraph.compiler.graph import CallNode, StepGraph
 from rlgraph.compiler.passes._common import (expect_producer, field_span, is_call, is_estimator, kept_log_probs,
                                              written_calls)
 from rlgraph.diagnostics import Diagnostic, error, warning
-from rlgraph.spec.program import Decl, Program
-from rlgraph.spec.schema import TRAINED_KINDS
+from rlgraph.lang.program import Decl, Program
+from rlgraph.lang.schema import TRAINED_KINDS
 
 _UPDATE_EXAMPLE = {"actor": "old_log_prob, advantages -> {}.update", "critic": "values, returns -> {}.update"}
 _CALL_EXAMPLE = {"rollout": "prompts -> {}.generate -> responses", "ref": "responses -> {}.log_prob -> ref_log_prob",

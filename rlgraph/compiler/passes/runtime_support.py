@@ -15,8 +15,8 @@ from rlgraph.compiler.runtime_support import ENGINES, ROLE_KINDS, EngineFacts
 from rlgraph.compiler.topology import dp_size, model_of, pool_device, root_of
 from rlgraph.contract.engines import max_tp_on
 from rlgraph.diagnostics import Diagnostic, warning
-from rlgraph.spec.program import Decl, Program
-from rlgraph.spec.schema import TRAINED_KINDS
+from rlgraph.lang.program import Decl, Program
+from rlgraph.lang.schema import TRAINED_KINDS
 
 # The codes of this pass that `rlgraph run` refuses: the runtime cannot do what the spec asks.
 REFUSES_RUN = frozenset({"kind-not-implemented", "engine-not-implemented", "tp-not-implemented",

@@ -17,7 +17,7 @@ from rlgraph.compiler.graph import CallNode, StepGraph
 from rlgraph.compiler.passes._common import field_span, quoted
 from rlgraph.contract.rollouts import FILTER_GROUPS, generate_calls, trained_generate, trained_generates
 from rlgraph.diagnostics import Diagnostic, error
-from rlgraph.spec.program import Program
+from rlgraph.lang.program import Program
 
 BASELINE_PORTS = {("remax_advantage", "baselines")}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.diagnostics import Diagnostic, error, warning
-from rlgraph.spec.program import Program
+from rlgraph.lang.program import Program
 
 
 def training(program: Program, graph: StepGraph) -> list[Diagnostic]:

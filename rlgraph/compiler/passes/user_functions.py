@@ -8,8 +8,8 @@ from rlgraph.compiler.builtins import LOSS_ARGUMENTS, POLICY_LOSSES, TRANSFORM_C
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.compiler.passes._common import quoted, written_calls, written_flows
 from rlgraph.diagnostics import Diagnostic, error, warning
-from rlgraph.spec import ast
-from rlgraph.spec.program import Decl, Program
+from rlgraph.lang import ast
+from rlgraph.lang.program import Decl, Program
 
 
 def user_functions(program: Program, graph: StepGraph) -> list[Diagnostic]:

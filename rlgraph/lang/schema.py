@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlgraph.contract.engines import DEFAULT_ENGINE, ENGINES
-from rlgraph.spec import ast
+from rlgraph.lang import ast
 
 SUPPORTED_VERSIONS = (1,)
 

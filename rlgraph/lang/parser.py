@@ -11,8 +11,8 @@ from lark import (Lark, Token, Transformer, UnexpectedCharacters, UnexpectedEOF,
 from lark.exceptions import VisitError
 
 from rlgraph.diagnostics import Diagnostic, Span, error
-from rlgraph.spec import ast
-from rlgraph.spec.schema import BLOCKS
+from rlgraph.lang import ast
+from rlgraph.lang.schema import BLOCKS
 
 _UNIT = re.compile(r"([KMGTP]i?B|[KMBT])$")
 

@@ -1,6 +1,6 @@
 """`check` is safe on a spec from anyone's repo: includes of devices, FIFOs and huge files, and integer literals
 too long for Python, give diagnostics at the line that wrote them, never a hang, an unbounded read or a
-traceback (rlgraph/spec/loader.py `_read`, rlgraph/spec/parser.py `LiteralTooLong`)."""
+traceback (rlgraph/lang/loader.py `_read`, rlgraph/lang/parser.py `LiteralTooLong`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from rlgraph.cli import main
 from rlgraph.compiler import compile_spec
-from rlgraph.spec.loader import MAX_SPEC_BYTES, load
-from rlgraph.spec.parser import MAX_INT_DIGITS
+from rlgraph.lang.loader import MAX_SPEC_BYTES, load
+from rlgraph.lang.parser import MAX_INT_DIGITS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,11 +1,11 @@
-"""rlgraph/spec/parser.py: the syntax tree with spans, comments, and friendly syntax errors."""
+"""rlgraph/lang/parser.py: the syntax tree with spans, comments, and friendly syntax errors."""
 
 from __future__ import annotations
 
 import pytest
 
-from rlgraph.spec import ast
-from rlgraph.spec.parser import decode, parse_number, parse_text
+from rlgraph.lang import ast
+from rlgraph.lang.parser import decode, parse_number, parse_text
 
 
 def parse(text: str) -> ast.SpecFile:

@@ -29,8 +29,8 @@ import re
 from collections import Counter
 
 from rlgraph.diagnostics import Diagnostic, Span
-from rlgraph.spec import ast
-from rlgraph.spec.parser import parse_text
+from rlgraph.lang import ast
+from rlgraph.lang.parser import parse_text
 
 WIDTH = 100
 INDENT = "  "

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlgraph.diagnostics import Span
-from rlgraph.spec import ast
+from rlgraph.lang import ast
 
 
 class InvalidValue(ValueError):

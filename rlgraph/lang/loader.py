@@ -18,9 +18,9 @@ import stat
 from dataclasses import dataclass, field, replace
 
 from rlgraph.diagnostics import Diagnostic, Span, error
-from rlgraph.spec import ast
-from rlgraph.spec.parser import decode, parse_text
-from rlgraph.spec.schema import SUPPORTED_VERSIONS
+from rlgraph.lang import ast
+from rlgraph.lang.parser import decode, parse_text
+from rlgraph.lang.schema import SUPPORTED_VERSIONS
 
 
 @dataclass

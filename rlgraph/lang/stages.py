@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlgraph.contract.stages import stage_spec
-from rlgraph.spec.program import Program
+from rlgraph.lang.program import Program
 
 
 def stage_program(path: str, base: Path) -> Program | None:
     """The Program of the spec a `run:FILE.rl` path names (looked for in the working directory, then beside
     the spec that names it); None when there is no such file."""
-    from rlgraph.spec.loader import load
-    from rlgraph.spec.validate import to_program
+    from rlgraph.lang.loader import load
+    from rlgraph.lang.validate import to_program
 
     spec = stage_spec(path)
     if spec is None:

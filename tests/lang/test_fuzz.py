@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from rlgraph.cli import main
 from rlgraph.compiler import compile_spec
 from rlgraph.diagnostics import render_concise, render_full
-from rlgraph.spec.formatter import FormatError, format_text, without_spans
-from rlgraph.spec.parser import decode, parse_text
+from rlgraph.lang.formatter import FormatError, format_text, without_spans
+from rlgraph.lang.parser import decode, parse_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "specs").glob("**/*.rl"))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import difflib
 
 from rlgraph.diagnostics import Diagnostic, error
-from rlgraph.spec import ast
-from rlgraph.spec.loader import Loaded
-from rlgraph.spec.program import Decl, Program, Values
-from rlgraph.spec.schema import (BLOCKS, FOREIGN_NAMES, ROLE_KEYS, ROLE_KINDS, BlockSchema, TypeMismatch,
+from rlgraph.lang import ast
+from rlgraph.lang.loader import Loaded
+from rlgraph.lang.program import Decl, Program, Values
+from rlgraph.lang.schema import (BLOCKS, FOREIGN_NAMES, ROLE_KEYS, ROLE_KINDS, BlockSchema, TypeMismatch,
                                  plain_value)
 
 
@@ -51,7 +51,7 @@ def _convert_entries(block: ast.Block, schema: BlockSchema, keys: dict, prefix: 
                      values: dict, spans: dict, diagnostics: list[Diagnostic], kind: str | None = None,
                      invalid: set | None = None) -> None:
     """`invalid` collects the keys written with a wrong value: they keep no value, and reading them later
-    raises (rlgraph.spec.program.Values), so no check runs on a default the user did not write."""
+    raises (rlgraph.lang.program.Values), so no check runs on a default the user did not write."""
     invalid = set() if invalid is None else invalid
     for entry in block.entries:
         if isinstance(entry, ast.Block):

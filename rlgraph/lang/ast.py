@@ -1,7 +1,7 @@
 """The spec's syntax tree: frozen dataclasses, each carrying the Span of its text.
 
 This is the parser's output before any meaning is given to it: blocks are
-generic `key = value` containers; rlgraph/spec/schema.py says which keys exist.
+generic `key = value` containers; rlgraph/lang/schema.py says which keys exist.
 """
 
 from __future__ import annotations

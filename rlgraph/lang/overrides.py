@@ -15,10 +15,10 @@ from dataclasses import replace
 from lark import UnexpectedInput
 
 from rlgraph.diagnostics import Diagnostic, Span, error
-from rlgraph.spec import ast
-from rlgraph.spec.loader import Loaded, _merge
-from rlgraph.spec.parser import parse_value
-from rlgraph.spec.schema import BLOCKS
+from rlgraph.lang import ast
+from rlgraph.lang.loader import Loaded, _merge
+from rlgraph.lang.parser import parse_value
+from rlgraph.lang.schema import BLOCKS
 
 UNNAMED_BLOCKS = tuple(name for name, schema in BLOCKS.items() if not schema.named)
 

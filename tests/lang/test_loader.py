@@ -1,11 +1,11 @@
-"""rlgraph/spec/loader.py: includes, the merge rule, headers and duplicates."""
+"""rlgraph/lang/loader.py: includes, the merge rule, headers and duplicates."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rlgraph.spec import ast
-from rlgraph.spec.loader import load
+from rlgraph.lang import ast
+from rlgraph.lang.loader import load
 
 
 def write(folder: Path, name: str, text: str) -> str:

@@ -1,4 +1,4 @@
-"""rlgraph/spec/formatter.py: canonical form, every comment kept, idempotent, meaning unchanged."""
+"""rlgraph/lang/formatter.py: canonical form, every comment kept, idempotent, meaning unchanged."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from textwrap import dedent
 
 import pytest
 
-from rlgraph.spec.formatter import WIDTH, FormatError, format_text, without_spans
-from rlgraph.spec.parser import parse_text
+from rlgraph.lang.formatter import WIDTH, FormatError, format_text, without_spans
+from rlgraph.lang.parser import parse_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted(ROOT.glob("specs/**/*.rl"))

@@ -1,4 +1,4 @@
-"""rlgraph/spec/overrides.py: `-s path=value`, as checked end to end through compile_spec."""
+"""rlgraph/lang/overrides.py: `-s path=value`, as checked end to end through compile_spec."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """docs/spec.md's tables of blocks, keys, calls and error codes are generated from the code.
 
 The sections between `<!-- BEGIN GENERATED name -->` and `<!-- END GENERATED name -->`
-are rendered from rlgraph.spec.schema, rlgraph.compiler.builtins and
+are rendered from rlgraph.lang.schema, rlgraph.compiler.builtins and
 rlgraph.diagnostics.CODES. The test fails when the doc is out of date; rewrite it with
 
-    RLGRAPH_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/spec/test_spec_doc.py
-    # or: .venv/bin/python tests/spec/test_spec_doc.py
+    RLGRAPH_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/lang/test_spec_doc.py
+    # or: .venv/bin/python tests/lang/test_spec_doc.py
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 from rlgraph.compiler import compile_spec
 from rlgraph.compiler.builtins import REWARD_CALL, ROLE_METHODS, TRANSFORMS, Signature
 from rlgraph.diagnostics import CODES
-from rlgraph.spec import schema
-from rlgraph.spec.formatter import format_text
-from rlgraph.spec.schema import BLOCKS, LORA, OPTIM, ROLE_KEYS, ROLLOUT_VAL, Key
+from rlgraph.lang import schema
+from rlgraph.lang.formatter import format_text
+from rlgraph.lang.schema import BLOCKS, LORA, OPTIM, ROLE_KEYS, ROLLOUT_VAL, Key
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
 SECTION = re.compile(r"(<!-- BEGIN GENERATED (\w+) -->\n)(.*?)(<!-- END GENERATED \2 -->)", re.S)
@@ -176,7 +176,7 @@ def test_doc_is_up_to_date():
         DOC.write_text(fresh)
     assert doc == fresh or os.environ.get("RLGRAPH_UPDATE_GOLDEN") == "1", (
         "docs/spec.md is out of date: run "
-        "`RLGRAPH_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/spec/test_spec_doc.py`")
+        "`RLGRAPH_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/lang/test_spec_doc.py`")
 
 
 def test_every_block_key_and_code_is_documented():

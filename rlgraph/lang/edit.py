@@ -6,7 +6,7 @@
 - the block is in the file but the key is not: the key is added as the block's last entry;
 - the block is not in the file (it comes from an included file): a block `role actor { micro_batch = 4 }`
   is appended at the end of the file. A block of the same kind and name in a later file merges key by key
-  (rlgraph/spec/loader.py), and the end of the including file comes after every include, so it wins.
+  (rlgraph/lang/loader.py), and the end of the including file comes after every include, so it wins.
 - the value None removes the key where the file's block writes it (its line and comment when it has one to
   itself); a key an included file sets stays (the spec is planned again and says so).
 
@@ -20,9 +20,9 @@ import json
 import re
 
 from rlgraph.diagnostics import Span
-from rlgraph.spec import ast
-from rlgraph.spec.formatter import FormatError
-from rlgraph.spec.parser import parse_text
+from rlgraph.lang import ast
+from rlgraph.lang.formatter import FormatError
+from rlgraph.lang.parser import parse_text
 
 _BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _WITH_UNIT = re.compile(r"[0-9]+(\.[0-9]+)?[A-Za-z]+$")  # 80GiB, 1.5B: a size or count, written bare
