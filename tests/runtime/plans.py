@@ -77,5 +77,8 @@ def grpo_plan(*, actor_replicas: int = 1, rollout_pool: str | None = None, rollo
         train=s.TrainSettings(steps=steps, epochs=None, seed=0, validate_every=0, checkpoint_every=0,
                               keep_checkpoints=2, deterministic=False, max_failures=0,
                               samples_every=0, staleness=0, loggers=("console",)),
-        models={"policy": {"path": model_path}},
+        models={"policy": s.ModelSettings("policy", model_path, params=None, layers=None, hidden=None, heads=None,
+                                          kv_heads=None, vocab=None, intermediate=None, head_dim=None, experts=None,
+                                          experts_per_token=None, expert_intermediate=None,
+                                          shared_expert_intermediate=None)},
     )
