@@ -166,8 +166,8 @@ def eval_settings(plan, *, data: list[str], reward: str | None, n: int | None, t
     """EvalSettings read off `plan` as the run's validation reads them (or the spec language's defaults without
     one), with the flags given over them."""
     from rlgraph.contract import settings as s
-    from rlgraph.runtime.evaluate import EvalSettings
     from rlgraph.lang.schema import BLOCKS, ROLE_KEYS
+    from rlgraph.runtime.evaluate import EvalSettings
 
     def default(keys: dict, name: str) -> Any:
         return keys[name].default
@@ -250,8 +250,8 @@ def _from_supervised_plan(plan, reward_defaults) -> tuple[Any, float]:
     engine, at most data.max_response_length tokens. Sampled answers (--n) at temperature 1."""
     from rlgraph.contract import settings as s
     from rlgraph.contract.rollouts import sft_call
-    from rlgraph.runtime.evaluate import EvalSettings, demonstration_answers, validation_reward
     from rlgraph.lang.schema import ROLE_KEYS
+    from rlgraph.runtime.evaluate import EvalSettings, demonstration_answers, validation_reward
 
     actor = plan.role(sft_call(plan.calls).target)
     pools = {p.name: p.device for p in plan.pools}

@@ -17,13 +17,13 @@ import sys
 from rlgraph.api import compile
 from rlgraph.diagnostics import has_errors, render_full
 from rlgraph.importers.verl_overrides import is_imported, verl_change
+from rlgraph.lang.edit import set_key
+from rlgraph.lang.formatter import FormatError, FormatterBug, format_text
 from rlgraph.plan.build import plan_step_shape
 from rlgraph.plan.memory import fit_test
 from rlgraph.plan.memory_advice import verified_changes
 from rlgraph.plan.model import Plan
 from rlgraph.plan.resolve import models_settings
-from rlgraph.lang.edit import set_key
-from rlgraph.lang.formatter import FormatError, FormatterBug, format_text
 
 FORMATS = ("text", "json", "dot", "html")
 

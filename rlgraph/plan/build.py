@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from rlgraph.compiler import Compilation
+from rlgraph.contract.rollouts import trained_generate
 from rlgraph.diagnostics import Diagnostic
+from rlgraph.lang.program import InvalidValue
 from rlgraph.plan.checks import plan_checks
 from rlgraph.plan.memory import estimate
-from rlgraph.plan.tokenizers import check_tokenizers
 from rlgraph.plan.model import CallPlan, Plan
 from rlgraph.plan.placement import place
-from rlgraph.contract.rollouts import trained_generate
 from rlgraph.plan.resolve import (call_settings, data_settings, env_settings, generate_settings, models_settings,
                                   reward_settings, train_settings)
 from rlgraph.plan.schedule import schedule
 from rlgraph.plan.shape import StepShape, step_shape
-from rlgraph.lang.program import InvalidValue
+from rlgraph.plan.tokenizers import check_tokenizers
 
 
 def _order(d: Diagnostic):

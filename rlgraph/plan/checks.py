@@ -17,10 +17,10 @@ from pathlib import Path
 from rlgraph.compiler.topology import model_of, tp_of
 from rlgraph.contract.settings import ModelSettings
 from rlgraph.diagnostics import Diagnostic, error, warning
+from rlgraph.lang.program import Decl, Program
 from rlgraph.plan.memory import model_shape
 from rlgraph.plan.model import Placement, PoolPlan, RolePlan
 from rlgraph.plan.resolve import model_of_settings
-from rlgraph.lang.program import Decl, Program
 
 
 def plan_checks(program: Program, pools: list[PoolPlan], roles: list[RolePlan], placements: list[Placement],

@@ -57,23 +57,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rlgraph.contract.engines import EngineFacts, engine_facts
+from rlgraph.contract.methods import TRAINING_METHODS
+from rlgraph.contract.settings import JudgeSettings, ModelSettings
 from rlgraph.contract.stages import is_stage
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.diagnostics.codes import CODES
-from rlgraph.contract.engines import EngineFacts, engine_facts
-from rlgraph.contract.settings import JudgeSettings, ModelSettings
+from rlgraph.lang.program import Decl, Program
+from rlgraph.lang.validate import did_you_mean
 from rlgraph.plan.memory_activations import Pass, activation_bytes, backward_peak
 from rlgraph.plan.memory_advice import first_cause, verified_fixes
 from rlgraph.plan.memory_engine import EngineBudget, kv_bytes_per_token
 from rlgraph.plan.model import MemoryRow, Placement, PoolPlan, RolePlan
-from rlgraph.contract.methods import TRAINING_METHODS
-from rlgraph.plan.shape import StepShape
 from rlgraph.plan.placement import place
 from rlgraph.plan.resolve import model_of_settings
 from rlgraph.plan.resources import planned_resources
+from rlgraph.plan.shape import StepShape
 from rlgraph.plan.view import format_bytes
-from rlgraph.lang.program import Decl, Program
-from rlgraph.lang.validate import did_you_mean
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 MASTER_BYTES = 4  # a trained role's params and grads are fp32 in every dtype (its dtype is the compute dtype)

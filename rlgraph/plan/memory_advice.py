@@ -13,11 +13,11 @@ import itertools
 from collections.abc import Callable
 
 from rlgraph.contract.engines import engine_facts
+from rlgraph.lang.program import Program
 from rlgraph.plan.model import MemoryRow, RolePlan
 from rlgraph.plan.placement import place
 from rlgraph.plan.shape import StepShape
 from rlgraph.plan.view import format_bytes
-from rlgraph.lang.program import Program
 
 TRAINED = ("actor", "critic")
 MAX_FIXES = 3

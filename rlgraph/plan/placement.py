@@ -25,9 +25,9 @@ from rlgraph.compiler.topology import dp_size, model_of, root_of, sequence_paral
 from rlgraph.contract.engines import engine_facts
 from rlgraph.contract.settings import PoolSettings
 from rlgraph.diagnostics import Diagnostic, error
+from rlgraph.lang.program import Decl, InvalidValue, Program
 from rlgraph.plan.model import Placement, PoolPlan, RolePlan
 from rlgraph.plan.resolve import pool_settings, role_settings
-from rlgraph.lang.program import Decl, InvalidValue, Program
 
 _SEARCH_STEPS = 64  # how far past its lower bound a hint's search for nodes / devices per node goes
 # the size a PoolPlan shows for a pool that misses its required `nodes` or `devices_per_node` (reported by the

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlgraph.compiler.topology import RoleResources
-from rlgraph.plan.model import PoolPlan, RolePlan
 from rlgraph.lang.program import Decl, InvalidValue, Program
+from rlgraph.plan.model import PoolPlan, RolePlan
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from rlgraph.compiler.graph import StepGraph
 from rlgraph.contract.settings import DataSettings
-from rlgraph.plan.model import RolePlan
 from rlgraph.lang.program import InvalidValue
 from rlgraph.lang.schema import BLOCKS
+from rlgraph.plan.model import RolePlan
 
 _MAX_PROMPT_LENGTH = BLOCKS["data"].keys["max_prompt_length"].default
 _MAX_RESPONSE_LENGTH = BLOCKS["data"].keys["max_response_length"].default

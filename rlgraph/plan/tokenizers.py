@@ -16,9 +16,9 @@ from pathlib import Path
 from rlgraph.compiler.topology import model_of
 from rlgraph.contract.settings import ModelSettings
 from rlgraph.diagnostics import Diagnostic, error
+from rlgraph.lang.program import Program
 from rlgraph.plan.memory import model_shape
 from rlgraph.plan.resolve import model_of_settings
-from rlgraph.lang.program import Program
 
 
 def check_tokenizers(program: Program, models: dict[str, ModelSettings | None]) -> list[Diagnostic]:

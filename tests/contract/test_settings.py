@@ -12,9 +12,9 @@ import pytest
 from rlgraph.compiler import compile_spec
 from rlgraph.compiler.builtins import ROLE_METHODS, TRANSFORMS
 from rlgraph.contract import settings as s
+from rlgraph.lang.schema import BLOCKS, LORA, OPTIM, ROLE_KEYS, ROLLOUT_VAL
 from rlgraph.plan.build import build_plan
 from rlgraph.plan.model import Plan
-from rlgraph.lang.schema import BLOCKS, LORA, OPTIM, ROLE_KEYS, ROLLOUT_VAL
 
 REPO = Path(__file__).resolve().parents[2]
 PLACEMENT_KEYS = {"model", "pool", "replicas", "colocate", "sequence_parallel"}  # RolePlan's own fields

@@ -10,8 +10,8 @@ import pytest
 from rlgraph.cli import main
 from rlgraph.commands.import_verl import import_verl_text
 from rlgraph.compiler import compile_spec
-from rlgraph.plan.build import plan_spec
 from rlgraph.lang.formatter import format_text
+from rlgraph.plan.build import plan_spec
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LAUNCHES = sorted(FIXTURES.glob("*.overrides"))

@@ -6,9 +6,9 @@ import shutil
 
 from rlgraph.cli import main
 from rlgraph.compiler import compile_spec
-from rlgraph.plan.build import plan_spec
 from rlgraph.lang.edit import set_key
 from rlgraph.lang.formatter import format_text
+from rlgraph.plan.build import plan_spec
 
 from .helpers import FIXTURES, REPO, spec
 

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
+from rlgraph.lang.schema import LOGGERS
 from rlgraph.runtime import loggers as loggers_module
 from rlgraph.runtime.errors import PreflightError
 from rlgraph.runtime.metrics import MetricsWriter
 from rlgraph.runtime.preflight import preflight
-from rlgraph.lang.schema import LOGGERS
 
 from .helpers import SPECS, plan_from_spec
 

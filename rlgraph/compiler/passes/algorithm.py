@@ -5,9 +5,9 @@ from __future__ import annotations
 from rlgraph.compiler.builtins import GROUP_ESTIMATORS
 from rlgraph.compiler.graph import CallNode, StepGraph, SyncEdge
 from rlgraph.compiler.passes._common import expect_producer, is_call, is_estimator, quoted, samples_per_prompt
+from rlgraph.compiler.topology import model_of, root_of
 from rlgraph.contract.methods import TRAINING_METHODS
 from rlgraph.contract.rollouts import FILTER_GROUPS, trained_generate
-from rlgraph.compiler.topology import model_of, root_of
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.lang import ast
 from rlgraph.lang.program import Decl, Program

@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from math import gcd
 
-from rlgraph.contract.methods import TRAINING_METHODS
 from rlgraph.compiler.graph import CallNode, StepGraph
 from rlgraph.compiler.passes._common import quoted, samples_per_prompt
-from rlgraph.contract.rollouts import trained_generate
 from rlgraph.compiler.topology import RoleResources, data_groups, declared_resources
+from rlgraph.contract.methods import TRAINING_METHODS
+from rlgraph.contract.rollouts import trained_generate
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.lang.program import Decl, Program
 from rlgraph.lang.schema import ROLE_KEYS

@@ -3,10 +3,10 @@ declared role is called."""
 
 from __future__ import annotations
 
-from rlgraph.contract.methods import TRAINING_METHODS
 from rlgraph.compiler.graph import CallNode, StepGraph
 from rlgraph.compiler.passes._common import (expect_producer, field_span, is_call, is_estimator, kept_log_probs,
                                              written_calls)
+from rlgraph.contract.methods import TRAINING_METHODS
 from rlgraph.diagnostics import Diagnostic, error, warning
 from rlgraph.lang.program import Decl, Program
 from rlgraph.lang.schema import TRAINED_KINDS
