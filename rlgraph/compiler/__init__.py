@@ -13,7 +13,7 @@ from rlgraph.diagnostics import Diagnostic, error, has_errors
 from rlgraph.lang.loader import load
 from rlgraph.lang.overrides import apply_overrides
 from rlgraph.lang.program import InvalidValue, Program
-from rlgraph.lang.stages import stage_actor_model, stage_program
+from rlgraph.lang.stages import stage_file
 from rlgraph.lang.validate import to_program
 
 
@@ -61,18 +61,18 @@ def run_check(check, *args) -> list[Diagnostic]:
 
 def _stages_before(program: Program) -> list[Diagnostic]:
     """An error at each model whose stage spec (`path = "run:a.rl"`) does not check clean: that stage would not
-    run, so this one has nothing to start from. The paths pass has marked invalid a path whose spec is not there
-    or trains no actor."""
+    run, so this one has nothing to start from. The paths pass has read each such spec and marked invalid a path
+    whose spec is not there or trains no actor, so a valid one only needs finding."""
     out = []
     for model in program.models.values():
         path = model.get("path") if model.is_set("path") and model.is_valid("path") else None
         spec = stage_spec(path) if isinstance(path, str) else None
-        found = stage_program(path, Path(program.path).parent) if spec is not None else None
-        errors = _stage_errors(found.path) if found is not None and stage_actor_model(found) is not None else 0
+        file = stage_file(path, Path(program.path).parent) if spec is not None else None
+        errors = _stage_errors(str(file)) if file is not None else 0
         if errors:
             out.append(error("model-path", f"model `{model.name}`: the stage before, `{spec}`, does not check clean "
                              f"({errors} error{'s' * (errors != 1)})", model.span_of("path"),
-                             f"`rlgraph check {found.path}` shows them", label="its stage has errors"))
+                             f"`rlgraph check {file}` shows them", label="its stage has errors"))
     return out
 
 

@@ -9,18 +9,23 @@ from rlgraph.contract.stages import stage_spec
 from rlgraph.lang.program import Program
 
 
-def stage_program(path: str, base: Path) -> Program | None:
-    """The Program of the spec a `run:FILE.rl` path names (looked for in the working directory, then beside
-    the spec that names it); None when there is no such file."""
-    from rlgraph.lang.loader import load
-    from rlgraph.lang.validate import to_program
-
+def stage_file(path: str, base: Path) -> Path | None:
+    """The spec file a `run:FILE.rl` path names (looked for in the working directory, then beside the spec that
+    names it); None when there is no such file."""
     spec = stage_spec(path)
     if spec is None:
         return None
     written = Path(spec).expanduser()
     candidates = [written] if written.is_absolute() else [Path.cwd() / written, base / written]
-    file = next((c for c in candidates if c.is_file()), None)
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def stage_program(path: str, base: Path) -> Program | None:
+    """The Program of the spec a `run:FILE.rl` path names (`stage_file`); None when there is no such file."""
+    from rlgraph.lang.loader import load
+    from rlgraph.lang.validate import to_program
+
+    file = stage_file(path, base)
     if file is None:
         return None
     program, _ = to_program(load(str(file)))  # its own diagnostics are its own `check`'s

@@ -658,7 +658,7 @@ def estimate(program: Program, step: StepShape, models: dict[str, ModelSettings 
     def rows_at(longest: int) -> list[MemoryRow]:  # the estimate with a micro-batch's rows at most this long
         return _estimate(program, replace(step, longest=longest), models, pools, roles, placements, known)[0]
 
-    diagnostics += _check_fit(program, step, models, pools, rows, peaks, {r.name: r for r in roles}, rows_at)
+    diagnostics += _check_fit(program, step, models, pools, rows, peaks, {r.name: r for r in roles}, rows_at, known)
     return rows, diagnostics
 
 
@@ -749,7 +749,8 @@ def _estimate(program: Program, step: StepShape, models: dict[str, ModelSettings
 
 def _check_fit(program: Program, step: StepShape, models: dict[str, ModelSettings | None], pools: list[PoolPlan],
                rows: list[MemoryRow], peaks: dict,
-               roles: dict[str, RolePlan], rows_at: Callable[[int], list[MemoryRow]]) -> list[Diagnostic]:
+               roles: dict[str, RolePlan], rows_at: Callable[[int], list[MemoryRow]],
+               known: dict[str, ModelShape]) -> list[Diagnostic]:
     out = []
     length = step.length
     for pool in pools:
@@ -767,7 +768,7 @@ def _check_fit(program: Program, step: StepShape, models: dict[str, ModelSetting
 
         longest = _longest_that_fits(holds, length) if length > 1 and holds(1) else 0
         if longest >= FULL_LENGTH_SHARE * length:  # only the working memory of long rows does not fit: a worst case
-            out.append(_full_length_warning(program, step, models, pool, worst, length, longest))
+            out.append(_full_length_warning(program, step, models, pool, worst, length, longest, known))
             continue
         items = sorted(worst.breakdown.items(), key=lambda kv: -kv[1])
         terms = " + ".join(f"{k} {format_bytes(v)}" for k, v in items if v)
@@ -782,7 +783,7 @@ def _check_fit(program: Program, step: StepShape, models: dict[str, ModelSetting
         cause, top_role = first_cause(program, worst, capacity, roles)
         role = program.roles.get(top_role)
         total = pool.nodes * pool.devices_per_node
-        fixes = verified_fixes(program, pool.name, fit_test(program, step, models), step)
+        fixes = verified_fixes(program, pool.name, fit_test(program, step, models, known), step)
         short = (f"; at full length ({length:,} tokens) it holds micro-batches whose longest row is up to "
                  f"{longest:,} tokens, under {FULL_LENGTH_SHARE:.0%} of it" if longest else "")
         out.append(error(
@@ -850,14 +851,14 @@ def _longest_that_fits(holds: Callable[[int], bool], length: int) -> int:
 
 
 def _full_length_warning(program: Program, step: StepShape, models: dict[str, ModelSettings | None], pool: PoolPlan,
-                         worst: MemoryRow, length: int,
-                         longest: int) -> Diagnostic:
+                         worst: MemoryRow, length: int, longest: int,
+                         known: dict[str, ModelShape]) -> Diagnostic:
     """Only the working memory that grows with the rows' lengths does not fit: the micro-batches counted in rows
     (their activations and logits), at rows of full length. Real rows are mostly
     shorter (verl runs such launches), so this is a warning, with the length that fits and the fixes that
     bound the working memory whatever the lengths."""
     capacity = pool.device_memory_bytes
-    fixes = verified_fixes(program, pool.name, fit_test(program, step, models), step)
+    fixes = verified_fixes(program, pool.name, fit_test(program, step, models, known), step)
     return warning(
         "memory-at-full-length",
         f"with every row at full length ({step.prompt:,} prompt + {step.response:,} response = {length:,} tokens) "
@@ -874,8 +875,8 @@ def _full_length_warning(program: Program, step: StepShape, models: dict[str, Mo
         label=f"rows up to {longest:,} tokens fit")
 
 
-def fit_test(program: Program, step: StepShape,
-             models: dict[str, ModelSettings | None]) -> Callable[[Program, str], bool]:
+def fit_test(program: Program, step: StepShape, models: dict[str, ModelSettings | None],
+             known: dict[str, ModelShape] | None = None) -> Callable[[Program, str], bool]:
     """The test a change to `program` must pass to be offered as a fix of `pool`: the pool's devices hold the
     estimate (engines included), and the compiler's rules that read what a change sets find no error the spec did
     not have already (more devices change the samples each replica gets, which a micro-batch must divide).
@@ -886,9 +887,10 @@ def fit_test(program: Program, step: StepShape,
     once (`step.graph`: a change sets no key the graph is built from). No other check of the compiler finds
     another error with a change (tests/plan/test_memory_fit.py holds that for every kind of change). `step` is the shape
     of `program`'s step and of every change's: a change sets role and pool keys, none of which it is made of;
-    `models` likewise: the models' settings, which no change edits."""
+    `models` likewise: the models' settings, which no change edits, and `known` the shapes read of them (filled
+    here with any not read yet: a model's shape is the same for every change)."""
+    known = {} if known is None else known
     before = resource_errors(program, step, place(program))
-    known: dict[str, ModelShape] = {}  # the models' shapes, read once for every change
 
     def fits(changed: Program, pool: str) -> bool:
         placed = place(changed)
