@@ -132,12 +132,13 @@ def phases_worker(spec: str) -> dict[str, Any]:
 # --- time to first step ---
 
 
-def floor() -> float:
+def floor(*flags: str) -> float:
     """bench/startup_floor.py as a whole process: ray.init of a private instance and one actor importing torch
-    and transformers, the start-up no run can go below."""
+    and transformers, the start-up no run can go below (with `--rlgraph-ray-settings`: Ray started as rlgraph
+    starts it)."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, str(Path(__file__).with_name("startup_floor.py"))], cwd=ROOT, check=True,
-                   capture_output=True)
+    subprocess.run([sys.executable, str(Path(__file__).with_name("startup_floor.py")), *flags], cwd=ROOT,
+                   check=True, capture_output=True)
     return time.perf_counter() - start
 
 
@@ -188,10 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     specs: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="rlgraph-bench-startup-") as tmp:
         for spec in args.specs:
-            runs, floors = [], []
-            for _ in range(args.repeats):  # alternating: a drift of the machine touches both alike
+            runs, floors, quick_floors = [], [], []
+            for _ in range(args.repeats):  # alternating: a drift of the machine touches all three alike
                 floors.append(floor())
                 runs.append(first_step(spec, Path(tmp)))
+                quick_floors.append(floor("--rlgraph-ray-settings"))
             phases = [python_json([sys.executable, str(Path(__file__).resolve()), "--phases", spec])
                       for _ in range(args.repeats)]
             row = {key: median([r[key] for r in runs]) for key in runs[0] if key != "recorded"}
@@ -200,14 +202,24 @@ def main(argv: list[str] | None = None) -> int:
             row |= {f"alone_{key}": median([p[key] for p in phases]) for key in phases[0]}
             row["floor_s"] = median(floors)
             row["floor_all_s"] = floors
-            row["to_step1_record_all_s"] = [r["to_step1_record_s"] for r in runs]
+            row["to_step1_record_all_s"] = runs_s = [r["to_step1_record_s"] for r in runs]
             row["ratio_to_floor"] = row["to_step1_record_s"] / row["floor_s"]
+            # every run against every floor: the spread the ratio of the medians sits in
+            row["ratio_run_by_run"] = [min(runs_s) / max(floors), max(runs_s) / min(floors)]
+            row["floor_rlgraph_ray_s"] = median(quick_floors)
+            row["floor_rlgraph_ray_all_s"] = quick_floors
+            row["ratio_to_floor_rlgraph_ray"] = row["to_step1_record_s"] / row["floor_rlgraph_ray_s"]
+            row["ratio_to_floor_rlgraph_ray_run_by_run"] = [min(runs_s) / max(quick_floors),
+                                                           max(runs_s) / min(quick_floors)]
             row["runs"] = runs
             row["phases_alone"] = phases
             specs[spec] = row
             print(f"{spec}: first step record after {row['to_step1_record_s']:.1f} s "
                   f"({min(row['to_step1_record_all_s']):.1f}-{max(row['to_step1_record_all_s']):.1f}), floor "
                   f"{row['floor_s']:.1f} s ({min(floors):.1f}-{max(floors):.1f}): {row['ratio_to_floor']:.2f}x "
+                  f"(run by run {row['ratio_run_by_run'][0]:.2f}-{row['ratio_run_by_run'][1]:.2f}); floor with "
+                  f"rlgraph's Ray settings {row['floor_rlgraph_ray_s']:.1f} s ({min(quick_floors):.1f}-"
+                  f"{max(quick_floors):.1f}): {row['ratio_to_floor_rlgraph_ray']:.2f}x "
                   f"(compile+plan+imports {row['compile_plan_imports_s']:.1f}, pre-flight+ray.init "
                   f"{row['preflight_ray_init_s']:.1f}, processes+workers+validation "
                   f"{row['processes_workers_validation_s']:.1f}, first step {row['first_step_s']:.2f}); alone: ray.init "

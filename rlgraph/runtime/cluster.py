@@ -49,6 +49,15 @@ WORKER_IMPORTS = ("torch", "transformers", "transformers.models.auto.modeling_au
 # beside two busy loops on 2 cores a test run made no progress for minutes). At the driver's priority they share.
 WORKER_NICENESS = 0
 
+# Two of Ray's waits that a local instance need not pay (measured: docs/benchmarks.md, start-up):
+# - Ray starts its idle workers when the first driver registers, the end of ray.init; started with the raylet
+#   instead, they import WORKER_IMPORTS about 0.6 s sooner, while ray.init still polls for its node.
+# - the raylet connects to its own object store as soon as it starts the store's thread; when the store's socket is
+#   not bound yet it retries after the connect timeout, 1 s by default, in about half the starts here. 50 ms tries,
+#   as many times more, keep the whole wait (10 s) that a worker connecting to a loaded raylet also gets.
+STARTUP_CONFIG = {"enable_worker_prestart": True,
+                   "raylet_client_connect_timeout_milliseconds": 50, "raylet_client_num_connect_attempts": 200}
+
 
 @dataclass(frozen=True)
 class Resources:
@@ -245,7 +254,7 @@ def _start_local(needed: Resources, quiet: bool) -> Cluster:
                 # Ray keeps as many idle workers as CPUs no placement group holds: once the run's groups hold them
                 # all it would stop the workers it started (and their imports) just before the processes start
                 _system_config={"preload_python_modules": list(WORKER_IMPORTS), "num_workers_soft_limit": cpus,
-                                "worker_niceness": WORKER_NICENESS},
+                                "worker_niceness": WORKER_NICENESS, **STARTUP_CONFIG},
             )
     except BaseException as err:  # ports taken, /dev/shm too small, a broken ray install; a signal
         _stop_partial_start()  # what ray.init started before it failed or was stopped

@@ -3,10 +3,12 @@ two parts: `prepare_run` (pre-flight, Ray, the resume check, the history record,
 a `Ready` to `train_run` (the processes started, the checkpoint restored, the loop, recovery).
 
 Start-up overlaps what does not wait on each other: pre-flight's quick part (`preflight.check`: support, models,
-data rows) runs first, then this thread starts Ray (ray.init mostly waits for Ray's own processes; the idle
-workers it starts import torch and transformers meanwhile, see cluster.WORKER_IMPORTS) while a second thread
-imports the rest of the runtime and does the rest of pre-flight (`preflight.prepare`). So this module imports
-neither torch nor transformers at its top: Ray must not wait for them.
+data rows) runs first, then Ray starts, and the idle worker it starts with its node imports torch and
+transformers (cluster.WORKER_IMPORTS, the longest part of the wait) while this process imports the rest of the
+runtime and does the rest of pre-flight (`preflight.prepare`). The two parts of this process go one after the
+other, not in two threads: ray.init is Python too, and a thread importing torch beside it took half of the
+interpreter's lock and slowed Ray's start, with it the worker's (docs/benchmarks.md, start-up). So this module
+imports neither torch nor transformers at its top: Ray must not wait for them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,13 +28,13 @@ from rlgraph.plan.model import Plan
 from rlgraph.runtime.cluster import Cluster, ray_cluster
 from rlgraph.runtime.console import RunConsole
 from rlgraph.runtime.disk import write_files
-from rlgraph.runtime.errors import FailuresSpentError, ProcessDiedError, RunError
+from rlgraph.runtime.errors import FailuresSpentError, ProcessDiedError
 from rlgraph.runtime.signals import StopRequest
 
 if TYPE_CHECKING:
     from rlgraph.runtime.loop import RunResult
     from rlgraph.runtime.checkpoint import Checkpoint
-    from rlgraph.runtime.preflight import Checked, Prepared
+    from rlgraph.runtime.preflight import Prepared
 
 PLACEMENT_TIMEOUT_ENV = "RLGRAPH_PLACEMENT_TIMEOUT_S"  # seconds to wait for a pool's devices (default 60)
 
@@ -110,8 +111,7 @@ def prepare_run(
         "ray" in sys.modules and ray.is_initialized())
     startup: dict[str, float] = {}  # the parts of the time to the first step, for the first record
     # Pre-flight's quick part first (support, models, every data row: the errors users meet most come at once,
-    # before Ray); then the rest (rewards, tokenizer, tokenized prompts) in a thread while this one starts Ray
-    # (ray.init mostly waits for Ray's own processes, whose workers import torch meanwhile).
+    # before Ray); then Ray; then the rest (rewards, tokenizer, tokenized prompts) while Ray's worker imports.
     from rlgraph.runtime.preflight import check
 
     phase = _phase_setter(stop)
@@ -119,23 +119,21 @@ def prepare_run(
     clock = time.perf_counter()
     checked = check(plan, starting_locally=starting_locally)
     checked_s = time.perf_counter() - clock
-    checking = InBackground(_prepare, plan, checked)
     clock = time.perf_counter()
     phase("starting Ray")
-    try:
-        cluster = cluster_started.enter_context(ray_cluster(plan, address))
-    except RunError:
-        checking.result()  # a pre-flight error is the one to mend first
-        raise
+    cluster = cluster_started.enter_context(ray_cluster(plan, address))
     startup["startup_s/ray"] = time.perf_counter() - clock
     if stop is not None:
         stop.install()  # ray.init replaced the handlers with its own
         stop.ray_alive = cluster.alive  # the watcher asks it once a deferred stop is pending (signals.py)
         cluster_started.callback(setattr, stop, "ray_alive", None)
     phase("checking the run's inputs")
-    prepared = checking.result()
-    startup["startup_s/preflight"] = checked_s + checking.seconds  # the two parts; the second overlaps `ray`
-    # the pre-flight thread imported these (torch among them): free now
+    clock = time.perf_counter()
+    import rlgraph.runtime.loop  # noqa: F401  the rest of the runtime: torch, transformers
+    from rlgraph.runtime.preflight import prepare
+
+    prepared = prepare(plan, checked)
+    startup["startup_s/preflight"] = checked_s + time.perf_counter() - clock  # its two parts, before and after `ray`
     from rlgraph.runtime import checkpoint as ckpt
     from rlgraph.runtime import history
     from rlgraph.runtime.loop import SAMPLES_FILE, with_run_length
@@ -278,37 +276,3 @@ def _model_paths(plan: Plan, prepared: Prepared, resume_from: Checkpoint | None)
             if role.kind in TRAINED_KINDS and resume_from.model_dir(role.name).is_dir():
                 model_paths[role.name] = str(resume_from.model_dir(role.name))
     return model_paths
-
-
-class InBackground:
-    """`fn(*args, **kwargs)` run in a daemon thread (one that a Ctrl-C does not wait for): `result()` waits
-    for it and returns its value or raises its exception; `seconds` is how long it ran."""
-
-    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        self.seconds = 0.0
-        self._value: Any = None
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            clock = time.perf_counter()
-            try:
-                self._value = fn(*args, **kwargs)
-            except BaseException as err:  # handed to the caller of result()
-                self._error = err
-            self.seconds = time.perf_counter() - clock
-
-        self._thread = threading.Thread(target=run, name=getattr(fn, "__name__", "background"), daemon=True)
-        self._thread.start()
-
-    def result(self) -> Any:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-def _prepare(plan: Plan, checked: Checked) -> Prepared:
-    import rlgraph.runtime.loop  # noqa: F401  the rest of the runtime, off the thread that starts Ray
-    from rlgraph.runtime.preflight import prepare
-
-    return prepare(plan, checked)
