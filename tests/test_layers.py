@@ -19,7 +19,7 @@ MAY_IMPORT = {
     "lang": {"contract", "diagnostics"},
     "workers": {"models", "data", "tasks", "algos", "contract"},
     "models": {"data", "tasks", "contract"},
-    "data": {"tasks"},
+    "data": {"tasks", "contract"},
     "tasks": set(),
     "algos": set(), "contract": set(), "diagnostics": set(),
 }

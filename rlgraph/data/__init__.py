@@ -17,7 +17,7 @@ from typing import Any
 
 _EXPORTS = {
     "DataError": "rlgraph.data.errors",
-    "cache_dir": "rlgraph.data.cache",
+    "cache_dir": "rlgraph.contract.cache",
     "resolve_data_path": "rlgraph.data.paths",
     "load_rows": "rlgraph.data.rows",
     "load_files": "rlgraph.data.rows",

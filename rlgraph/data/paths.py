@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rlgraph.data.cache import build_lock, cache_dir, temp_sibling
+from rlgraph.contract.cache import build_lock, cache_dir, temp_sibling
 from rlgraph.data.errors import DataError
 
 BUILTIN_PREFIX = "builtin:"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import lru_cache
 from importlib import resources
@@ -10,6 +11,7 @@ from lark import (Lark, Token, Transformer, UnexpectedCharacters, UnexpectedEOF,
                   UnexpectedToken, v_args)
 from lark.exceptions import VisitError
 
+from rlgraph.contract.cache import build_lock, cache_dir
 from rlgraph.diagnostics import Diagnostic, Span, error
 from rlgraph.lang import ast
 from rlgraph.lang.schema import BLOCKS
@@ -21,8 +23,20 @@ _UNIT = re.compile(r"([KMGTP]i?B|[KMBT])$")
 def _lark() -> Lark:
     text = resources.files("rlgraph.grammar").joinpath("rlgraph.lark").read_text()
     # `value` is a second start symbol so that `-s key=value` overrides parse with the same rules.
-    return Lark(text, parser="lalr", start=["start", "value"], propagate_positions=True,
-                maybe_placeholders=False, lexer_callbacks={"COMMENT": _CommentSink.add})
+    options = dict(parser="lalr", start=["start", "value"], propagate_positions=True, maybe_placeholders=False,
+                   lexer_callbacks={"COMMENT": _CommentSink.add})
+    # Lark keeps the parser's tables in a file once built: building them checks every pair of the grammar's
+    # terminals for collisions when `interegular` is installed (vLLM's dependencies install it), 0.1 s of every
+    # command against 0.003 s to load them. It stores a digest of the grammar, its own version and Python's in the
+    # file and builds the tables again, rewriting the file, when one differs or the file cannot be read (one cut
+    # short by a killed process). It writes in place, so it runs under the cache's lock: no process reads a file
+    # another is writing. The grammar's digest in the name keeps two checkouts from taking turns.
+    tables = cache_dir() / "grammar" / f"rlgraph-{hashlib.sha256(text.encode()).hexdigest()[:16]}.lark"
+    try:
+        with build_lock(tables):
+            return Lark(text, cache=str(tables), **options)
+    except OSError:  # no cache folder (not writable): built each time
+        return Lark(text, **options)
 
 
 class _CommentSink:

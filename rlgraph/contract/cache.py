@@ -1,6 +1,7 @@
-"""Where rlgraph keeps what it builds on first use (built-in data sets and models), and how it writes
-there: atomically, so a reader never sees half a file, and under a lock, so two processes building the
-same thing at once do the work once.
+"""The one folder where rlgraph keeps what it builds on first use and can always build again (the built-in data
+sets, rlgraph.data.paths; the parser's tables, rlgraph.lang.parser), and how it writes there: atomically, so a
+reader never sees half a file, and under a lock, so two processes building the same thing at once do the work
+once.
 """
 
 from __future__ import annotations
