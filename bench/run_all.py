@@ -682,8 +682,9 @@ def render_startup(startup: dict) -> list[str]:
     out.append("")
     out.append(
         "Reading it: `ray.init` and the actor's start with its torch/transformers imports are most of the wait, "
-        "both paid before any model loads; loading the tiny models is about two seconds; the first step costs "
-        "little more than a later one.")
+        "both paid before any model loads; in a run the idle worker makes those imports while pre-flight runs "
+        "(the hand-written start-up section above the generated part has the timeline by process); the first step "
+        "costs little more than a later one.")
     out.append("")
     recorded = {spec: r["recorded"] for spec, r in startup["first_step"].items() if r.get("recorded")}
     if recorded:
