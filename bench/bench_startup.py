@@ -142,6 +142,11 @@ def floor(*flags: str) -> float:
     return time.perf_counter() - start
 
 
+def ratios(runs: list[float], floors: list[float]) -> tuple[float, list[float]]:
+    """The ratio of the medians, and the spread it sits in: every run against every floor."""
+    return median(runs) / median(floors), [min(runs) / max(floors), max(runs) / min(floors)]
+
+
 def first_step(spec: str, workdir: Path) -> dict[str, Any]:
     trace = run_rlgraph(spec, ["train.steps=2", *NO_EXTRAS], workdir / Path(spec).stem)
     by_step = {r.get("training/global_step"): (r, t) for r, t in zip(trace.records, trace.record_times)}
@@ -203,14 +208,11 @@ def main(argv: list[str] | None = None) -> int:
             row["floor_s"] = median(floors)
             row["floor_all_s"] = floors
             row["to_step1_record_all_s"] = runs_s = [r["to_step1_record_s"] for r in runs]
-            row["ratio_to_floor"] = row["to_step1_record_s"] / row["floor_s"]
-            # every run against every floor: the spread the ratio of the medians sits in
-            row["ratio_run_by_run"] = [min(runs_s) / max(floors), max(runs_s) / min(floors)]
+            row["ratio_to_floor"], row["ratio_run_by_run"] = ratios(runs_s, floors)
             row["floor_rlgraph_ray_s"] = median(quick_floors)
             row["floor_rlgraph_ray_all_s"] = quick_floors
-            row["ratio_to_floor_rlgraph_ray"] = row["to_step1_record_s"] / row["floor_rlgraph_ray_s"]
-            row["ratio_to_floor_rlgraph_ray_run_by_run"] = [min(runs_s) / max(quick_floors),
-                                                           max(runs_s) / min(quick_floors)]
+            row["ratio_to_floor_rlgraph_ray"], row["ratio_to_floor_rlgraph_ray_run_by_run"] = ratios(runs_s,
+                                                                                                 quick_floors)
             row["runs"] = runs
             row["phases_alone"] = phases
             specs[spec] = row

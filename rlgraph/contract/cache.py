@@ -30,8 +30,9 @@ def temp_sibling(path: Path) -> Path:
 def build_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive lock named after `path` while building it.
 
-    Uses flock where there is one; elsewhere it does nothing, and the builders stay correct anyway
-    because they write to a temporary name and rename, keeping whichever copy lands first.
+    Uses flock where there is one; elsewhere it does nothing: the data builders stay correct anyway because
+    they write to a temporary name and rename, keeping whichever copy lands first (the parser's tables, which
+    lark writes in place, are built again by a reader that cannot load them).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     try:

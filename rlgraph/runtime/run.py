@@ -112,7 +112,7 @@ def prepare_run(
     startup: dict[str, float] = {}  # the parts of the time to the first step, for the first record
     # Pre-flight's quick part first (support, models, every data row: the errors users meet most come at once,
     # before Ray); then Ray; then the rest (rewards, tokenizer, tokenized prompts) while Ray's worker imports.
-    from rlgraph.runtime.preflight import check
+    from rlgraph.runtime.preflight import check, prepare
 
     phase = _phase_setter(stop)
     phase("checking the run's inputs")
@@ -129,10 +129,7 @@ def prepare_run(
         cluster_started.callback(setattr, stop, "ray_alive", None)
     phase("checking the run's inputs")
     clock = time.perf_counter()
-    import rlgraph.runtime.loop  # noqa: F401  the rest of the runtime: torch, transformers
-    from rlgraph.runtime.preflight import prepare
-
-    prepared = prepare(plan, checked)
+    prepared = prepare(plan, checked)  # imports torch and transformers: after ray.init, not before it
     startup["startup_s/preflight"] = checked_s + time.perf_counter() - clock  # its two parts, before and after `ray`
     from rlgraph.runtime import checkpoint as ckpt
     from rlgraph.runtime import history
